@@ -1406,3 +1406,45 @@ def test_a_trainer_that_star_imports_torch_from_a_sibling_module_is_converted(tm
     assert result.changed, result.skipped
     assert set(result.prepared) >= {"net", "optimizer"}
     assert "self.accelerator.backward(loss)" in result.converted.decode()
+
+
+SUBCLASS_SAME_MODULE = FIXTURES / "projects" / "trainer_subclass_of_a_base_in_its_engine_module"
+
+
+def test_a_driver_and_an_engine_whose_subclass_trains_through_its_base_convert_together(
+    tmp_path: Path,
+):
+    """trial13: train.py builds ``ClassifierTrainer(BaseTrainer)`` of trainer.py, whose
+    backward is in the base's ``train_epoch``: both files are converted as one (the engine
+    alone once paired while the driver was skipped: its prints ran on every rank, its
+    ``torch.load`` of the best checkpoint raced the main process's save, and its unprepared
+    test loader went to an ``evaluate`` that now gathers, counting every sample twice)."""
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS_SAME_MODULE, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    trainer, train = results["trainer.py"], results["train.py"]
+    assert trainer.changed and train.changed
+    driver = train.converted.decode()
+    assert "wait_for_everyone()\n    model.load_state_dict(torch.load(" in driver
+    assert "trainer.evaluate(\n        trainer.accelerator.prepare(test_loader)\n    )" in driver
+
+
+@pytest.mark.distributed
+def test_a_driver_and_an_engine_whose_subclass_trains_through_its_base_run_on_two_ranks(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS_SAME_MODULE, project)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    shutil.rmtree(project / "runs")
+    assert_ok(run_accelify("convert", project, "--write"))
+    alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    shutil.rmtree(project / "runs")
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("best val acc")]) == 1, result.stdout
+    (test,) = [line for line in lines if line.startswith("test: ")]
+    assert test.endswith(" n=333")  # the whole test set, once

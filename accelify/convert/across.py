@@ -17,6 +17,7 @@ statements of its own) leaves both as today: review lines, nothing changed."""
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.edits.plan import Note
 from accelify.errors import UserError
 from accelify.source import parse
+
+#: Names every module reads without binding them (``False`` of an added keyword argument)
+_BUILTINS = frozenset(dir(builtins))
 
 #: What an engine module defines besides its imports: the driver calls its functions and
 #: builds its classes (a trainer class with its methods), all converted with the driver
@@ -538,7 +542,7 @@ def _reads_new_globals(
         if not isinstance(small.names, cst.ImportStar)
         for a in small.names
     }
-    return bool(_read_names(new) - known - imported)
+    return bool(_read_names(new) - known - imported - _BUILTINS)
 
 
 def _read_names(function: Definition) -> set[str]:

@@ -155,8 +155,8 @@ def _converted_together(
     file = path.resolve()
     if model.trains:
         driver = across.driver_of_engine(file, model.module, options.converted_with)
-        if driver is None:
-            return None
+        if driver is None or _engine_of_driver(driver) != file:
+            return None  # the driver's own conversion would not pair them: both as today
         pair = across.Pair(driver, file, project_modules.read(driver), data)
     else:
         elsewhere = project.trained_elsewhere(path, model)
@@ -195,6 +195,21 @@ def _converted_together(
         "hands the accelerator to these functions at each of its calls",
     )
     return Conversion(label, data, converted, [told, *changes], reviews)
+
+
+def _engine_of_driver(driver: Path) -> Path | None:
+    """The engine module the driver's own conversion pairs it with (the other side of the
+    same decision: an engine converted with a driver that is not converted with it would
+    leave the driver's prints, loads and loaders as if nothing had changed)."""
+    try:
+        module = parse(project_modules.read(driver), str(driver))
+    except UserError:
+        return None
+    model = analyze(module)
+    if model.trains or model.uses_accelerator:
+        return None
+    elsewhere = project.trained_elsewhere(driver, model)
+    return across.pair_of_driver(driver, {e.module.resolve() for e in elsewhere})
 
 
 def _converts_on_its_own(engine: Path, data: bytes, options: Options) -> bool:
