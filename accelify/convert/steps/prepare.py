@@ -1765,6 +1765,7 @@ def _prepare_before_loops(
     _leave_evaluated_whole(ctx, method, at_call, by_caller=True)
     flow = ctx.facts.flow
     planned: dict[tuple[int, str], tuple[cst.CSTNode, list[str]]] = {}
+    dicts: dict[tuple[int, str], tuple[cst.CSTNode, list[Binding]]] = {}
     single: list[cst.Call] = []
     for call in calls:
         func = call.func
@@ -1781,6 +1782,15 @@ def _prepare_before_loops(
             value = argument.value
             if parameter not in at_call:
                 continue
+            held = _loader_dict_of_entry(ctx, value, call)
+            if held is not None:  # ``engine.train_one_epoch(loaders["train"], epoch)``
+                if assigns(top, held.name):
+                    return
+                if held.name not in ctx.prepared_arguments:
+                    found = dicts.setdefault((id(top), receiver), (top, []))[1]
+                    if held not in found:
+                        found.append(held)
+                continue
             if not isinstance(value, cst.Name) or assigns(top, value.value):
                 return
             if all(o in prepared for o in flow.origins(value.value, call, stop=prepared)):
@@ -1793,6 +1803,12 @@ def _prepare_before_loops(
         _prepare_before(
             ctx, top, receiver, names, f"hands {them} to {method.name.value}() on every pass"
         )
+    for (_, receiver), (top, held) in dicts.items():
+        for binding in held:
+            if binding.name in ctx.prepared_arguments or _dict_evaluated_unsure(ctx, binding):
+                continue
+            loop = f"hands its loaders to {method.name.value}() on every pass"
+            _prepare_dict_before(ctx, top, receiver, binding, loop)
     for call in single:
         earlier = {
             name
@@ -1817,6 +1833,59 @@ def _prepare_before(
         anywhere=True,
     )
     ctx.prepared_arguments.update(names)
+
+
+def _loader_dict_of_entry(
+    ctx: Context, value: cst.BaseExpression, call: cst.Call
+) -> Binding | None:
+    """The dict of DataLoaders whose entry ``value`` is (``loaders["train"]``, a string key of
+    a plain name): bound once in the function of ``call``, made there (or by a factory, of the
+    file or of another module of the project: `objects.is_loader_dict`), not under a branch
+    that may not run."""
+    if not (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Name)
+        and len(value.slice) == 1
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.SimpleString)
+    ):
+        return None
+    name = value.value.value
+    function = ctx.facts.placement.enclosing_function(call)
+    bound = [b for b in ctx.model.bindings if b.name == name and b.scope is function]
+    if len(bound) != 1 or len(ctx.model.index.assignments_to(name)) != 1:
+        return None
+    binding = bound[0]
+    if binding.received or _conditional(ctx, binding) or not is_loader_dict(ctx.model, binding):
+        return None
+    return binding
+
+
+def _prepare_dict_before(
+    ctx: Context, top: cst.CSTNode, holder: str, binding: Binding, loop: str
+) -> None:
+    """``loaders = {key: holder.accelerator.prepare(loader) for key, loader in
+    loaders.items()}`` inserted before the statement ``top`` (the outermost loop that hands
+    the dict's entries to the instance's methods): ``prepare`` hands a dict back untouched, so
+    each of its loaders is prepared, the dict kept; its loops, in the methods, read them
+    sharded (an evaluation there gathered)."""
+    name = binding.name
+    taken = names_in_scope(ctx.model, binding.scope)
+    key, loader = fresh("key", taken), fresh("loader", taken)
+    comprehension = (
+        f"{key}: {holder}.accelerator.prepare({loader}) for {key}, {loader} in {name}.items()"
+    )
+    indent = 4 * sum(isinstance(a, cst.IndentedBlock) for a in ctx.model.ancestors(top))
+    code = f"{name} = {{{comprehension}}}"
+    if indent + len(code) > 88:
+        code = f"{name} = {{\n    {comprehension}\n}}"
+    ctx.plan.add(
+        InsertBefore(top, statement(code)),
+        line=ctx.line(top),
+        text=f"each loader of {name} prepared once before the loop that {loop}",
+        anywhere=True,
+    )
+    ctx.prepared_arguments.add(name)
 
 
 def _prepare_step_driven_loaders(ctx: Context) -> None:
