@@ -122,6 +122,9 @@ class Context:
     #: loaders prepared where they are handed to a trainer's method, by the caller's name, and
     #: the attributes a method that prepares the loaders it receives keeps them under.
     prepared_arguments: set[str] = field(default_factory=set)
+    #: dicts of loaders prepared entry by entry, each with the statement it is prepared after
+    #: (`prepare._prepare_each_value`): a scheduler made below reads its loaders' shards
+    loader_dicts_prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
     #: Functions of the project's other modules that only write files, by the name calls use
     imported_writers: dict[str, str] = field(default_factory=dict)
     #: Functions of the project's other modules that run no backward and step no optimizer (an

@@ -32,7 +32,7 @@ from accelify.analysis.objects import (
     returned_local,
 )
 from accelify.analysis.optimizer_models import entry_owners, parameter_owners, used_entry_aliases
-from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
+from accelify.analysis.scheduler_preparation import PROCESS_COUNT, per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
 from accelify.analysis.sharded_loaders import sharding_sampler
 from accelify.analysis.shared_loops import PhaseLoaders
@@ -230,6 +230,7 @@ def run(ctx: Context, scope: Scope) -> None:
         (anchor, sorted(names, key=lambda n: list(Kind).index(chosen[n])))
         for anchor, names in _groups(ctx, scope, chosen, created, kept)
     ]
+    _size_schedulers_in_all_ranks_steps(ctx, scope, chosen, groups)
     _review_schedulers_reading_prepared(ctx, scope, groups, kept)
     for anchor, names in groups:
         _insert_prepare(ctx, anchor, names)
@@ -796,6 +797,86 @@ def _left_out_schedulers_reading_loaders(
         read = _read_through(ctx, body[:index], binding.value) & loaders
         if read:
             found[binding.name] = (index, read)
+    return found
+
+
+def _size_schedulers_in_all_ranks_steps(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], groups: list[tuple[cst.CSTNode, list[str]]]
+) -> None:
+    """Schedulers to be prepared that are made after the prepare of a loader whose length they
+    read (a warm-up pass over ``loaders["train"]`` before ``OneCycleLR(opt, total_steps=2 *
+    len(loaders["train"]))``): that length is one rank's shard (N times fewer batches) while a
+    prepared scheduler steps num_processes times at each call, so the schedule would end N
+    times too soon (ACC415). Its own ``len(...)`` becomes ``len(...) *
+    accelerator.num_processes`` (diffusers' sizing): all ranks' steps, as the prepared
+    scheduler counts them. A sizing that reads such a loader otherwise (through a name bound
+    earlier, a ``len()`` not of the loader itself) gets a review line instead."""
+    placement = ctx.facts.placement
+    body = placement.body_of(scope)
+    early: dict[str, int] = {
+        name: placement.index(anchor, scope)
+        for anchor, names in groups
+        for name in names
+        if chosen[name] is Kind.DATALOADER
+    }
+    for name, anchor in ctx.loader_dicts_prepared_after.items():
+        top = placement.top_statement(anchor, scope)
+        if top is not None:
+            early[name] = placement.index(top, scope)
+    for binding in ctx.model.of_kind(Kind.SCHEDULER):
+        if binding.scope is not scope or chosen.get(binding.name) is not Kind.SCHEDULER:
+            continue
+        top = placement.top_statement(binding.statement, scope)
+        if top is None or binding.value is None:
+            continue
+        index = placement.index(top, scope)
+        before = {n for n, at in early.items() if at < index}
+        read = _read_through(ctx, body[:index], binding.value) & before
+        if not read or PROCESS_COUNT.search(ctx.code(binding.value)):
+            continue
+        shown = ", ".join(sorted(read))
+        lengths = _lengths_of(binding.value, read)
+        if (
+            not lengths
+            or (_read_through(ctx, body[:index], binding.value) - _names_read(ctx, binding.value))
+            & read
+        ):
+            ctx.plan.review(
+                binding.line,
+                f"{binding.name} is sized from {shown}, prepared before it is made (its loaders "
+                "are used first): if its sizes count batches, they count one rank's shard (N "
+                "times fewer) while a prepared scheduler steps N times per call, so the "
+                "schedule ends N times too soon; multiply those counts by "
+                f"{ctx.a('num_processes')}, or compute them from the loaders before they are "
+                "prepared",
+            )
+            continue
+        factor = ctx.a("num_processes")
+        for length in lengths:
+            code = f"({ctx.code(length)} * {factor})"
+            ctx.plan.replace(
+                length,
+                lambda _node, code=code: cst.parse_expression(code),
+                binding.line,
+                f"{ctx.code(length)} -> {code}: {binding.name} is made after {shown} is "
+                "prepared (used before it is made), so the length is one rank's shard, and a "
+                "prepared scheduler steps num_processes times per call: sized in all ranks' "
+                "steps, its schedule is the original's",
+                anywhere=True,
+            )
+
+
+def _lengths_of(value: cst.CSTNode, loaders: set[str]) -> list[cst.Call]:
+    """The ``len(loader)`` calls (``len(loaders["train"])`` of a dict of them) under ``value``
+    of one of ``loaders``."""
+    found = []
+    for node in walk(value):
+        if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
+            argument = node.args[0].value
+            if isinstance(argument, cst.Subscript):
+                argument = argument.value
+            if isinstance(argument, cst.Name) and argument.value in loaders:
+                found.append(node)
     return found
 
 
@@ -1461,6 +1542,7 @@ def _prepare_each_value(ctx: Context, binding: Binding) -> None:
         code = f"{name} = {{\n    {comprehension}\n}}"
     sized = _schedulers_sized_by_the_dict(ctx, binding)
     anchor = sized[0] if sized else binding.statement
+    ctx.loader_dicts_prepared_after[name] = anchor
     ctx.plan.insert_after(anchor, statement(code))
     ctx.need(anchor)
     ctx.plan.prepared.append(name)
@@ -1486,7 +1568,8 @@ def _schedulers_sized_by_the_dict(
     them one rank's length and the schedule would end N times too soon. The top statement of
     the last of them and their names, when the dict is read in between only by ``len()`` (so
     its loaders can be prepared after them); None when there is none or the dict is used
-    (iterated, handed on) before them: a review line says so then."""
+    (iterated, handed on) before them: those schedulers then read its prepared loaders
+    (`_size_schedulers_in_all_ranks_steps`)."""
     placement, model = ctx.facts.placement, ctx.model
     scope = binding.scope
     top = placement.top_statement(binding.statement, scope)
@@ -1515,14 +1598,6 @@ def _schedulers_sized_by_the_dict(
                 and read.value == binding.name
                 and not _only_its_length(model, read, line)
             ):
-                ctx.plan.review(
-                    binding.line,
-                    f"{', '.join(names)} is sized by {binding.name}, whose loaders are used "
-                    f"(line {ctx.line(read)}) before it is made: prepared where the dict is "
-                    "made, its loaders' length is one rank's shard (N times smaller) and the "
-                    "schedule ends N times too soon (a OneCycleLR raises past its total); "
-                    "compute the sizes from the loaders before they are prepared",
-                )
                 return None
     return body[last], names
 
