@@ -191,6 +191,66 @@ def test_loaders_of_a_sibling_module_train_sharded_on_two_ranks(tmp_path: Path):
     assert re.search(r"all [1-9]\d* printed lines identical", result.stdout), result.stdout
 
 
+LOADER_DICT = FIXTURES / "projects" / "loaders_dict_from_a_sibling_module"
+
+
+def test_a_dict_of_loaders_a_sibling_module_returns_is_prepared_loader_by_loader(
+    tmp_path: Path,
+):
+    """``loaders = make_loaders(8)`` of data.py, which returns ``{"train": DataLoader(...),
+    "val": DataLoader(...)}``: analysed as a dict made here, each loader is prepared where the
+    dict is received (handed to prepare whole, the dict would come back untouched: nothing
+    sharded, and the gathered evaluation would count each sample once per rank)."""
+    shutil.copytree(LOADER_DICT, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    assert (
+        "    loaders = make_loaders(batch_size=8)\n"
+        "    loaders = {key: accelerator.prepare(loader) for key, loader in loaders.items()}\n"
+    ) in converted
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in converted
+    assert "accelerator.gather_for_metrics((outputs, y))" in converted
+    assert not result.reviews
+
+
+def test_a_dict_of_dicts_of_loaders_a_sibling_module_returns_is_left_with_why(tmp_path: Path):
+    # ``{"a": {"train": ..., "val": ...}}``: prepare hands each inner dict back untouched too
+    project = tmp_path / "project"
+    shutil.copytree(LOADER_DICT, project)
+    data = (project / "data.py").read_text()
+    (project / "data.py").write_text(data.replace("return loaders", 'return {"a": loaders}'))
+    train = (project / "train.py").read_text()
+    (project / "train.py").write_text(train.replace('loaders["', 'loaders["a"]["'))
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    assert "loaders.items()" not in converted
+    assert "accelerator.prepare(model, optimizer)" in converted
+    assert "gather_for_metrics" not in converted  # every rank evaluates the whole set
+    assert any(
+        review.line == 9 and "loaders is a dict of dicts of DataLoaders" in review.text
+        for review in result.reviews
+    )
+
+
+@pytest.mark.distributed
+def test_a_dict_of_loaders_of_a_sibling_module_trains_sharded_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(LOADER_DICT, project)
+    assert_ok(run_accelify("convert", project / "train.py", "-o", project / "converted.py"))
+    result = run_accelify(
+        "verify",
+        project / "train.py",
+        project / "converted.py",
+        "--to-end",
+        cwd=tmp_path,
+        timeout=400,
+    )
+    assert_ok(result)
+    assert "verdict: PASS" in result.stdout
+    assert "all 2 printed lines identical" in result.stdout, result.stdout
+    assert "losses differ per shard" in result.stdout
+
+
 TRAINER = FIXTURES / "projects" / "trainer_class_in_a_sibling_module"
 
 
@@ -641,10 +701,21 @@ def test_an_engine_class_handed_the_model_is_converted_with_its_driver(tmp_path:
     assert not train.prepared
     told = engine.changes[0].text
     assert told.startswith("converted with train.py, which builds what this file trains")
-    assert "engine.accelerator.print(" in train.converted.decode()
-    # the loaders come from data.py's dict: not prepared, and the engine's lines say so
-    reviews = " ".join(r.text for r in engine.reviews)
-    assert "every rank trains on all of it" in reviews
+    driven = train.converted.decode()
+    assert "engine.accelerator.print(" in driven
+    # the loaders come from data.py's dict (``make_loaders(cfg) -> dict[str, DataLoader]``):
+    # each prepared through the engine's accelerator once, before the loop that hands them on,
+    # the evaluation over the val loader gathered
+    assert (
+        "    loaders = {\n"
+        "        key: engine.accelerator.prepare(loader) for key, loader in loaders.items()\n"
+        "    }\n"
+        "    for epoch in range(start, cfg.epochs):\n"
+    ) in driven
+    assert "self.accelerator.gather_for_metrics((logits, x, y))" in converted
+    reviews = " ".join(r.text for r in [*engine.reviews, *train.reviews])
+    assert "every rank trains on all of it" not in reviews
+    assert "not prepared" not in reviews
 
 
 def test_an_engine_class_in_a_package_is_converted_with_the_driver_beside_the_package(
@@ -673,14 +744,21 @@ def test_an_engine_class_in_a_package_is_converted_with_the_driver_beside_the_pa
 
 @pytest.mark.distributed
 def test_an_engine_class_and_its_driver_run_on_two_ranks_over_the_whole_set(tmp_path: Path):
-    project = tmp_path / "project"
+    project, untouched = tmp_path / "project", tmp_path / "original"
     shutil.copytree(ENGINE_CLASS, project)
+    shutil.copytree(ENGINE_CLASS, untouched)
     original = run_python(project / "train.py", cwd=project)
     assert_ok(original)
     assert_ok(run_accelify("convert", project, "--write"))
     assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
     alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
     assert alone.stdout == original.stdout
+    # data.py's dict of loaders is prepared: the ranks train on their own shards
+    verified = run_accelify(
+        "verify", untouched / "train.py", project / "train.py", cwd=tmp_path, timeout=400
+    )
+    assert_ok(verified)
+    assert "losses differ per shard" in verified.stdout, verified.stdout
     result = launch(project / "train.py", "--resume", "--epochs", "3", cwd=project, timeout=300)
     assert_ok(result)
     lines = result.stdout.splitlines()

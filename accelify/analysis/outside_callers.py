@@ -311,10 +311,10 @@ class ProjectView:
         kept = self._returns.get(call)
         if kept is not None:
             return kept
-        from accelify.analysis.imported_returns import returned_by_project
+        from accelify.analysis.imported_returns import Returned, returned_by_project
 
         load = self.load_alone or self.load
-        found: Returned = []
+        found = Returned()
         if load is not None:
             found, file = returned_by_project(self.path, model, call, load, self._may_make_loaders)
             if file is not None:

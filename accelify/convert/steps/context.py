@@ -130,6 +130,9 @@ class Context:
     #: trainer.accelerator.prepare(train_loader)``), with each statement the prepare precedes:
     #: a loop of that function that runs before it still reads the loader as made.
     prepared_before: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
+    #: dicts of loaders prepared entry by entry, each with the statement it is prepared after
+    #: (`prepare._prepare_each_value`): a scheduler made below reads its loaders' shards
+    loader_dicts_prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
     #: Functions of the project's other modules that only write files, by the name calls use
     imported_writers: dict[str, str] = field(default_factory=dict)
     #: Functions of the project's other modules that run no backward and step no optimizer (an

@@ -33,7 +33,7 @@ from accelify.analysis.objects import (
     returned_local,
 )
 from accelify.analysis.optimizer_models import entry_owners, parameter_owners, used_entry_aliases
-from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
+from accelify.analysis.scheduler_preparation import PROCESS_COUNT, per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
 from accelify.analysis.sharded_loaders import sharding_sampler
 from accelify.analysis.shared_loops import PhaseLoaders
@@ -227,6 +227,7 @@ def run(ctx: Context, scope: Scope) -> None:
         (anchor, sorted(names, key=lambda n: list(Kind).index(chosen[n])))
         for anchor, names in _groups(ctx, scope, chosen, created, kept)
     ]
+    _size_schedulers_in_all_ranks_steps(ctx, scope, chosen, groups)
     _review_schedulers_reading_prepared(ctx, scope, groups, kept)
     for anchor, names in groups:
         _insert_prepare(ctx, anchor, names)
@@ -793,6 +794,86 @@ def _left_out_schedulers_reading_loaders(
         read = _read_through(ctx, body[:index], binding.value) & loaders
         if read:
             found[binding.name] = (index, read)
+    return found
+
+
+def _size_schedulers_in_all_ranks_steps(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], groups: list[tuple[cst.CSTNode, list[str]]]
+) -> None:
+    """Schedulers to be prepared that are made after the prepare of a loader whose length they
+    read (a warm-up pass over ``loaders["train"]`` before ``OneCycleLR(opt, total_steps=2 *
+    len(loaders["train"]))``): that length is one rank's shard (N times fewer batches) while a
+    prepared scheduler steps num_processes times at each call, so the schedule would end N
+    times too soon (ACC415). Its own ``len(...)`` becomes ``len(...) *
+    accelerator.num_processes`` (diffusers' sizing): all ranks' steps, as the prepared
+    scheduler counts them. A sizing that reads such a loader otherwise (through a name bound
+    earlier, a ``len()`` not of the loader itself) gets a review line instead."""
+    placement = ctx.facts.placement
+    body = placement.body_of(scope)
+    early: dict[str, int] = {
+        name: placement.index(anchor, scope)
+        for anchor, names in groups
+        for name in names
+        if chosen[name] is Kind.DATALOADER
+    }
+    for name, anchor in ctx.loader_dicts_prepared_after.items():
+        top = placement.top_statement(anchor, scope)
+        if top is not None:
+            early[name] = placement.index(top, scope)
+    for binding in ctx.model.of_kind(Kind.SCHEDULER):
+        if binding.scope is not scope or chosen.get(binding.name) is not Kind.SCHEDULER:
+            continue
+        top = placement.top_statement(binding.statement, scope)
+        if top is None or binding.value is None:
+            continue
+        index = placement.index(top, scope)
+        before = {n for n, at in early.items() if at < index}
+        read = _read_through(ctx, body[:index], binding.value) & before
+        if not read or PROCESS_COUNT.search(ctx.code(binding.value)):
+            continue
+        shown = ", ".join(sorted(read))
+        lengths = _lengths_of(binding.value, read)
+        if (
+            not lengths
+            or (_read_through(ctx, body[:index], binding.value) - _names_read(ctx, binding.value))
+            & read
+        ):
+            ctx.plan.review(
+                binding.line,
+                f"{binding.name} is sized from {shown}, prepared before it is made (its loaders "
+                "are used first): if its sizes count batches, they count one rank's shard (N "
+                "times fewer) while a prepared scheduler steps N times per call, so the "
+                "schedule ends N times too soon; multiply those counts by "
+                f"{ctx.a('num_processes')}, or compute them from the loaders before they are "
+                "prepared",
+            )
+            continue
+        factor = ctx.a("num_processes")
+        for length in lengths:
+            code = f"({ctx.code(length)} * {factor})"
+            ctx.plan.replace(
+                length,
+                lambda _node, code=code: cst.parse_expression(code),
+                binding.line,
+                f"{ctx.code(length)} -> {code}: {binding.name} is made after {shown} is "
+                "prepared (used before it is made), so the length is one rank's shard, and a "
+                "prepared scheduler steps num_processes times per call: sized in all ranks' "
+                "steps, its schedule is the original's",
+                anywhere=True,
+            )
+
+
+def _lengths_of(value: cst.CSTNode, loaders: set[str]) -> list[cst.Call]:
+    """The ``len(loader)`` calls (``len(loaders["train"])`` of a dict of them) under ``value``
+    of one of ``loaders``."""
+    found = []
+    for node in walk(value):
+        if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
+            argument = node.args[0].value
+            if isinstance(argument, cst.Subscript):
+                argument = argument.value
+            if isinstance(argument, cst.Name) and argument.value in loaders:
+                found.append(node)
     return found
 
 
@@ -1511,6 +1592,7 @@ def _prepare_each_value(ctx: Context, binding: Binding) -> None:
         code = f"{name} = {{\n    {comprehension}\n}}"
     sized = _schedulers_sized_by_the_dict(ctx, binding)
     anchor = sized[0] if sized else binding.statement
+    ctx.loader_dicts_prepared_after[name] = anchor
     ctx.plan.insert_after(anchor, statement(code))
     ctx.need(anchor)
     ctx.plan.prepared.append(name)
@@ -1536,7 +1618,8 @@ def _schedulers_sized_by_the_dict(
     them one rank's length and the schedule would end N times too soon. The top statement of
     the last of them and their names, when the dict is read in between only by ``len()`` (so
     its loaders can be prepared after them); None when there is none or the dict is used
-    (iterated, handed on) before them: a review line says so then."""
+    (iterated, handed on) before them: those schedulers then read its prepared loaders
+    (`_size_schedulers_in_all_ranks_steps`)."""
     placement, model = ctx.facts.placement, ctx.model
     scope = binding.scope
     top = placement.top_statement(binding.statement, scope)
@@ -1565,14 +1648,6 @@ def _schedulers_sized_by_the_dict(
                 and read.value == binding.name
                 and not _only_its_length(model, read, line)
             ):
-                ctx.plan.review(
-                    binding.line,
-                    f"{', '.join(names)} is sized by {binding.name}, whose loaders are used "
-                    f"(line {ctx.line(read)}) before it is made: prepared where the dict is "
-                    "made, its loaders' length is one rank's shard (N times smaller) and the "
-                    "schedule ends N times too soon (a OneCycleLR raises past its total); "
-                    "compute the sizes from the loaders before they are prepared",
-                )
                 return None
     return body[last], names
 
@@ -1825,6 +1900,7 @@ def _prepare_before_loops(
     _leave_evaluated_whole(ctx, method, at_call, by_caller=True)
     flow = ctx.facts.flow
     planned: dict[tuple[int, str], tuple[cst.CSTNode, list[str]]] = {}
+    dicts: dict[tuple[int, str], tuple[cst.CSTNode, list[Binding]]] = {}
     single: list[cst.Call] = []
     for call in calls:
         func = call.func
@@ -1841,6 +1917,15 @@ def _prepare_before_loops(
             value = argument.value
             if parameter not in at_call:
                 continue
+            held = _loader_dict_of_entry(ctx, value, call)
+            if held is not None:  # ``engine.train_one_epoch(loaders["train"], epoch)``
+                if assigns(top, held.name):
+                    return
+                if held.name not in ctx.prepared_arguments:
+                    found = dicts.setdefault((id(top), receiver), (top, []))[1]
+                    if held not in found:
+                        found.append(held)
+                continue
             if not isinstance(value, cst.Name) or assigns(top, value.value):
                 return
             if all(o in prepared for o in flow.origins(value.value, call, stop=prepared)):
@@ -1853,6 +1938,12 @@ def _prepare_before_loops(
         _prepare_before(
             ctx, top, receiver, names, f"hands {them} to {method.name.value}() on every pass"
         )
+    for (_, receiver), (top, held) in dicts.items():
+        for binding in held:
+            if binding.name in ctx.prepared_arguments or _dict_evaluated_unsure(ctx, binding):
+                continue
+            loop = f"hands its loaders to {method.name.value}() on every pass"
+            _prepare_dict_before(ctx, top, receiver, binding, loop)
     for call in single:
         earlier = {
             name
@@ -1879,6 +1970,59 @@ def _prepare_before(
     ctx.prepared_arguments.update(names)
     for name in names:
         ctx.prepared_before.setdefault(name, []).append(top)
+
+
+def _loader_dict_of_entry(
+    ctx: Context, value: cst.BaseExpression, call: cst.Call
+) -> Binding | None:
+    """The dict of DataLoaders whose entry ``value`` is (``loaders["train"]``, a string key of
+    a plain name): bound once in the function of ``call``, made there (or by a factory, of the
+    file or of another module of the project: `objects.is_loader_dict`), not under a branch
+    that may not run."""
+    if not (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Name)
+        and len(value.slice) == 1
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.SimpleString)
+    ):
+        return None
+    name = value.value.value
+    function = ctx.facts.placement.enclosing_function(call)
+    bound = [b for b in ctx.model.bindings if b.name == name and b.scope is function]
+    if len(bound) != 1 or len(ctx.model.index.assignments_to(name)) != 1:
+        return None
+    binding = bound[0]
+    if binding.received or _conditional(ctx, binding) or not is_loader_dict(ctx.model, binding):
+        return None
+    return binding
+
+
+def _prepare_dict_before(
+    ctx: Context, top: cst.CSTNode, holder: str, binding: Binding, loop: str
+) -> None:
+    """``loaders = {key: holder.accelerator.prepare(loader) for key, loader in
+    loaders.items()}`` inserted before the statement ``top`` (the outermost loop that hands
+    the dict's entries to the instance's methods): ``prepare`` hands a dict back untouched, so
+    each of its loaders is prepared, the dict kept; its loops, in the methods, read them
+    sharded (an evaluation there gathered)."""
+    name = binding.name
+    taken = names_in_scope(ctx.model, binding.scope)
+    key, loader = fresh("key", taken), fresh("loader", taken)
+    comprehension = (
+        f"{key}: {holder}.accelerator.prepare({loader}) for {key}, {loader} in {name}.items()"
+    )
+    indent = 4 * sum(isinstance(a, cst.IndentedBlock) for a in ctx.model.ancestors(top))
+    code = f"{name} = {{{comprehension}}}"
+    if indent + len(code) > 88:
+        code = f"{name} = {{\n    {comprehension}\n}}"
+    ctx.plan.add(
+        InsertBefore(top, statement(code)),
+        line=ctx.line(top),
+        text=f"each loader of {name} prepared once before the loop that {loop}",
+        anywhere=True,
+    )
+    ctx.prepared_arguments.add(name)
 
 
 def _prepare_step_driven_loaders(ctx: Context) -> None:
