@@ -94,14 +94,17 @@ def run_verify(
             )
         finally:
             stop_all(runs)
-    evaluation_read = False
+    evaluation_read = ""  # "read", "blind" (no loop found), or "" (the runs evaluated)
     if steps != 0:  # the runs stopped early: the evaluation is checked from the code
-        evaluation = check_evaluation_code(converted_code, str(converted or original), steps)
+        evaluation = check_evaluation_code(
+            converted_code, str(converted or original), steps, (converted or original).resolve()
+        )
         checks.append(evaluation)
-        evaluation_read = bool(evaluation.rows)
+        evaluation_read = "read" if evaluation.rows else "blind"
     shared = check_shared_files_code(converted_code, str(converted or original))
     if shared is not None:
         checks.append(shared)
+    _number(checks)
     passed = all(check.passed for check in checks)
     verdict = _verdict(passed, checks, processes, evaluation_read)
     if as_json:
@@ -190,14 +193,30 @@ def _lines_near_divergence(check: CheckResult) -> list[int]:
     return [line for line in (record.backward_line, record.step_line) if line is not None]
 
 
-def _verdict(passed: bool, checks: list[CheckResult], processes: int, evaluation_read: bool) -> str:
+#: ``check 3: ...``: a check's number, as its title starts
+_NUMBERED = re.compile(r"^check \d+")
+
+
+def _number(checks: list[CheckResult]) -> None:
+    """Number the checks shown 1, 2, 3...: a check that does not apply (the evaluation read
+    from the code, in a run to the end) leaves no gap."""
+    for number, check in enumerate(checks, start=1):
+        check.title = _NUMBERED.sub(f"check {number}", check.title, count=1)
+
+
+def _verdict(passed: bool, checks: list[CheckResult], processes: int, evaluation_read: str) -> str:
     if passed:
         verdict = (
             f"verdict: PASS - the conversion trains like the original on 1 process and keeps "
             f"{processes} ranks in step"
         )
-        if evaluation_read:
+        if evaluation_read == "read":
             verdict += "; its evaluation was read from the code, not run (`--to-end` runs it)"
+        elif evaluation_read == "blind":
+            verdict += (
+                "; no evaluation was found in the code to read, and the runs stopped before "
+                "any (`--to-end` runs every evaluation)"
+            )
         return verdict
     failed = [check.title.split(":")[0] for check in checks if not check.passed]
     return "verdict: FAIL - " + "; ".join(failed)
