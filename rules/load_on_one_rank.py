@@ -6,7 +6,7 @@ from accelify.analysis.collectives import DDP, backends_in_view
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import bound_arguments
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, unwrapped_argument, walk
 from accelify.lint.rule import (
     HEADER,
@@ -166,7 +166,7 @@ class LoadOnOneRank(Rule):
             if not _trains_after(script, call, 0):
                 continue
             accelerator = accelerator_name(script, call)
-            guard = _guard(script, call)
+            guard = _guard(script, call) or script.rank_guard_of(call)
             where = f" at line {script.line(guard)}" if guard is not None else ""
             sharded = (
                 "; under FSDP or DeepSpeed, which this script names, loading into the sharded "
@@ -174,15 +174,24 @@ class LoadOnOneRank(Rule):
                 if backends_in_view(script) != {DDP}
                 else ""
             )
+            if name in script.names_of(Kind.OPTIMIZER):
+                reason = (
+                    "the other ranks keep their own optimizer state (moments, step counts), "
+                    "so from the same averaged gradients they take different steps and the "
+                    "ranks train apart"
+                )
+            else:
+                reason = (
+                    "DistributedDataParallel copies the main process's weights to the other "
+                    "ranks only then, so they keep their old weights and the ranks train apart"
+                )
             yield self.finding(
                 script,
                 call,
                 message=(
                     f"Load {name} on every rank (outside the rank test{where}): "
-                    f"{accelerator}.prepare has already wrapped it, and DistributedDataParallel "
-                    "copies the main process's weights to the other ranks only then, so they "
-                    "keep their old weights and the ranks train apart; or load it before "
-                    f"{accelerator}.prepare{sharded}"
+                    f"{accelerator}.prepare has already wrapped it, and {reason}; or load it "
+                    f"before {accelerator}.prepare{sharded}"
                 ),
             )
 

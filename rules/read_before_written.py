@@ -160,6 +160,23 @@ class ReadBeforeWritten(Rule):
             9,
             13,
         ),
+        # the read under a test spelt as the barrier's, but what it reads changes between
+        # them: a pass may skip the barrier and take the read
+        Example(
+            HEADER
+            + "import torch\n"
+            + "every = 5\n"
+            + "for epoch in range(epochs):\n"
+            + "    if accelerator.is_main_process:\n"
+            + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
+            + "    if epoch % every == 0:\n"
+            + "        accelerator.wait_for_everyone()\n"
+            + "    every += 1\n"
+            + "    if epoch % every == 0:\n"
+            + "        state = torch.load('ckpt.pt')\n",
+            12,
+            17,
+        ),
         # a barrier in one case of a match: the other epochs read without waiting
         Example(
             _EVERY_EPOCH.format(
@@ -373,6 +390,17 @@ class ReadBeforeWritten(Rule):
         + "        if accelerator.is_main_process:\n"
         + "            torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
         + "        accelerator.wait_for_everyone()\n"
+        + "        state = torch.load('ckpt.pt')\n",
+        # ... or the barrier and the read each under its own `if` of that same test, nothing
+        # it reads bound between them: a pass that reads has waited
+        HEADER
+        + "import torch\n"
+        + "for epoch in range(epochs):\n"
+        + "    if accelerator.is_main_process:\n"
+        + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
+        + "    if epoch % 5 == 0:\n"
+        + "        accelerator.wait_for_everyone()\n"
+        + "    if epoch % 5 == 0:\n"
         + "        state = torch.load('ckpt.pt')\n",
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
@@ -879,10 +907,62 @@ def _skipped_branch(
             test = ancestor.test
             several = several_processes(script, test, ancestor)
             by_rank = script.reads_rank(test) and not _launch_test(script, test)
-            if not (several or by_rank):
+            if not (several or by_rank or _read_under_the_same_test(script, ancestor, call, read)):
                 return ancestor
         child = ancestor
     return None
+
+
+def _read_under_the_same_test(
+    script: ScriptModel, branch: cst.If, barrier: cst.Call, read: cst.CSTNode
+) -> bool:
+    """``if epoch % 5 == 0: accelerator.wait_for_everyone()``, then ``if epoch % 5 == 0: state =
+    torch.load(...)``: the read sits in the same arm of a later ``if`` of the same function
+    whose test is spelt the same, calls nothing, and reads no name bound between the two: a run
+    that reads has passed the barrier. (A test that differs between the ranks is excluded
+    before: `_skipped_branch` leaves rank tests alone.)"""
+    arm = "body" if script.inside(barrier, branch.body) else "orelse"
+    if any(isinstance(node, cst.Call) for node in walk(branch.test)):
+        return False
+    spelled = _spelling(script, branch.test)
+    function = script.index.enclosing_function(branch)
+    start = script.order(branch)
+    for ancestor in script.ancestors(read):
+        if isinstance(ancestor, cst.FunctionDef):
+            return False
+        if not (
+            isinstance(ancestor, cst.If)
+            and script.order(ancestor) > start
+            and script.index.enclosing_function(ancestor) is function
+            and _spelling(script, ancestor.test) == spelled
+        ):
+            continue
+        held = ancestor.body if arm == "body" else ancestor.orelse
+        if held is None or not script.inside(read, held):
+            continue
+        names = _reads(script, ancestor.test)
+        return not any(
+            start < script.order(node) < script.order(ancestor) and names & _bound_by(node)
+            for node in script.index.of_type(_BINDINGS)
+        )
+    return False
+
+
+#: Statements and expressions that bind names (`_bound_by`).
+_BINDINGS = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For)
+
+
+def _spelling(script: ScriptModel, test: cst.BaseExpression) -> str:
+    return "".join(script.module.code_for_node(test).split())
+
+
+def _bound_by(node: cst.CSTNode) -> set[str]:
+    """The plain names an assignment, a walrus or a ``for`` binds."""
+    if isinstance(node, cst.Assign):
+        return {name for t in node.targets for name in target_names(t.target)}
+    if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For)):
+        return set(target_names(node.target))
+    return set()
 
 
 def _launch_test(script: ScriptModel, test: cst.BaseExpression) -> bool:

@@ -9,7 +9,7 @@ from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
-from accelify.analysis.returned_values import held_by_callers
+from accelify.analysis.returned_values import held_by_callers, returned_tuples, unpacked_slot
 from accelify.analysis.sample_counts import first_dimension_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
@@ -159,6 +159,40 @@ _EVALUATOR_OBJECT = (
 )
 
 
+#: A trainer whose training loop runs its backward two calls down (``self.update(loss)`` ->
+#: ``self._backward(loss)`` -> ``accelerator.backward``): a training loop, not an evaluation,
+#: beside an evaluation loop of its own (``{gather}``: the gather, if any).
+_UPDATE_TWO_CALLS_DOWN = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer, loader, val_loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer, self.loader, self.val_loader = (\n"
+    "            self.accelerator.prepare(model, optimizer, loader, val_loader))\n\n"
+    "    def _backward(self, loss):\n"
+    "        self.accelerator.backward(loss)\n\n"
+    "    def update(self, loss):\n"
+    "        self._backward(loss)\n"
+    "        self.optimizer.step()\n"
+    "        self.optimizer.zero_grad()\n\n"
+    "    def fit(self):\n"
+    "        epoch_loss = 0.0\n"
+    "        for batch in self.loader:\n"
+    "            loss = self.model(batch).mean()\n"
+    "            self.update(loss)\n"
+    "            epoch_loss += loss.item()\n"
+    "        return epoch_loss\n\n"
+    "    @torch.no_grad()\n"
+    "    def evaluate(self):\n"
+    "        correct = 0\n"
+    "        for x, y in self.val_loader:\n"
+    "            preds = self.model(x).argmax(-1)\n"
+    "{gather}"
+    "            correct += (preds == y).sum().item()\n"
+    "        return correct\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -193,6 +227,9 @@ class UngatheredMetric(Rule):
         ),
         # gradients turned off inside the loop's body: an evaluation through the step function
         Example(_STEP_WITH_GRADIENTS_OFF.format(after="print(total / len(test_loader))\n"), 19, 5),
+        # the trainer's evaluation loop: reported, and its training loop (the backward two
+        # calls down) is not
+        Example(_UPDATE_TWO_CALLS_DOWN.format(gather=""), 32, 13),
         # an evaluator object: the loader its constructor keeps is the prepared one
         Example(_EVALUATOR_OBJECT.format(gather=""), 15, 13),
         # ... the same helper's tuple with the references left ungathered: this rank's labels
@@ -794,6 +831,11 @@ class UngatheredMetric(Rule):
         + "        correct += (preds == y).sum().item()\n"
         + "correct_tensor = torch.tensor([correct], device=accelerator.device)\n"
         + "all_correct = accelerator.gather(correct_tensor).sum().item()\n",
+        # the same trainer gathering in its evaluation: its training loop, whose backward
+        # runs two calls down, is no evaluation either
+        _UPDATE_TWO_CALLS_DOWN.format(
+            gather="            preds, y = self.accelerator.gather_for_metrics((preds, y))\n"
+        ),
         # a trainer's loop whose backward runs in a method of its base class
         # (``self.backward_pass(loss)`` -> ``self.accelerator.backward``): training totals
         "from accelerate import Accelerator\n"
@@ -2019,12 +2061,10 @@ def _stats_dict(script: ScriptModel, loop: Loop, at: cst.CSTNode) -> str | None:
         if isinstance(target, cst.Name) and target.value == name:
             if _fixed_scalar_dict(script, assign.value, name, loop.node.body):
                 return name
-        elif isinstance(target, cst.Tuple) and isinstance(assign.value, cst.Call):
-            places = [dotted(e.value) for e in target.elements]
-            if (
-                name in places
-                and not _keys_changed(script, name, loop.node.body)
-                and _returns_a_dict_at(script, assign.value, places.index(name))
+        elif (unpacked := unpacked_slot(assign, name)) is not None:
+            _, slot, width = unpacked
+            if not _keys_changed(script, name, loop.node.body) and _returns_a_dict_at(
+                script, assign.value, slot, width
             ):
                 return name
     return None
@@ -2119,21 +2159,19 @@ def _keys_changed(script: ScriptModel, name: str, scope: cst.CSTNode) -> bool:
     return False
 
 
-def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int) -> bool:
-    """Every ``return`` of the function ``call`` runs hands back a tuple whose element at
-    ``place`` is a dict of fixed keys and scalar values (`_fixed_scalar_dict`), or a name the
-    function binds to one only."""
+def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int, width: int) -> bool:
+    """Every ``return`` of the function ``call`` runs hands back a tuple of ``width`` elements
+    (`returned_tuples`) whose element at ``place`` is a dict of fixed keys and scalar values
+    (`_fixed_scalar_dict`), or a name the function binds to one only."""
     found = script.call_graph.callee(call)
     if found is None:
         return False
     function = found[0]
     returns = [r for r in walk(function.body) if isinstance(r, cst.Return) and r.value is not None]
-    if not returns:
+    tuples = returned_tuples([r.value for r in returns])
+    if tuples is None or len(tuples[0].elements) != width:
         return False
-    for returned in returns:
-        value = returned.value
-        if not isinstance(value, cst.Tuple) or len(value.elements) <= place:
-            return False
+    for value in tuples:
         element = value.elements[place].value
         if _fixed_scalar_dict(script, element, "", function.body):
             continue
@@ -2260,9 +2298,55 @@ def _reduced_by_callers(
     if _gathered_at_every_call(script, facts, function, target, accelerators):
         return True
     held = held_by_callers(facts, function, {target})
-    return bool(held) and all(
-        _reduced_later(script, statement, name, all_calls, accelerators) for statement, name in held
-    )
+    if held:
+        return all(
+            _reduced_later(script, statement, name, all_calls, accelerators)
+            for statement, name in held
+        )
+    return _combined_by_other_modules(script, facts, function, target)
+
+
+def _combined_by_other_modules(
+    script: ScriptModel, facts: Facts, function: cst.FunctionDef, target: str
+) -> bool:
+    """A helper module's evaluation (``def evaluate(model, loader): ... return
+    torch.cat(preds)``) that this file never calls, and that every call of the project's other
+    modules combines across the ranks, read in the caller's own analysis: handed straight to
+    a gather (``accelerator.gather_for_metrics(utils.evaluate(model, loader))``), or bound to
+    a name a collective reads after it (``preds = utils.evaluate(...)``, then
+    ``accelerator.gather_for_metrics(preds)``). What the helper returns is this rank's; its
+    callers make it the whole set's."""
+    project = script.project
+    if project is None or facts.flow.calls_of(function):
+        return False
+    returns = script.index.own_returns(function)
+    if not returns or not all(_returns_total(script, r.value, target) for r in returns):
+        return False
+    owner = facts.placement.class_of(function)
+    sites = project.callers_of(function, owner.name.value if owner is not None else None)
+    return bool(sites) and all(_combined_at(caller, call) for caller, call, _ in sites)
+
+
+def _combined_at(caller: ScriptModel, call: cst.Call) -> bool:
+    """``call``, in the caller's file, is an argument of a collective, or its whole result is
+    bound to one name that a collective reaches after it, before any other read."""
+    accelerators = caller.names_of(Kind.ACCELERATOR)
+    argument = caller.parent(call)
+    gather = caller.parent(argument) if isinstance(argument, cst.Arg) else None
+    if isinstance(gather, cst.Call) and (
+        _is_collective(gather, accelerators) or combines_ranks(caller, gather)
+    ):
+        return True
+    statement = caller.parent(call)
+    if not (
+        isinstance(statement, cst.Assign)
+        and statement.value is call
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
+        return False
+    name = statement.targets[0].target.value
+    return _reduced_later(caller, statement, name, calls(caller), accelerators)
 
 
 #: Calls that join a list of tensors and keep every value: what they return is the total.

@@ -229,6 +229,33 @@ _LOSS_EVAL = (
 )
 
 
+def test_a_backward_no_accelerator_reaches_is_told_what_to_add():
+    """The advice never names an accelerator the line cannot reach: a helper is told to take
+    its callers' one as a parameter, code above the file's Accelerator to make one first."""
+    from accelify.rules.loss_backward import _TEACHER_FIRST
+
+    teacher = the_finding(_TEACHER_FIRST, "ACC301")
+    assert "no Accelerator exists at this line (the file makes its Accelerator at line 7" in (
+        teacher.message
+    )
+    assert "make one above it (`accelerator = Accelerator()`)" in teacher.message
+    helper = the_finding(
+        "from accelify import Accelerator\n"
+        "def fit(net, batches, opt):\n"
+        "    for x, y in batches:\n"
+        "        (net(x) - y).pow(2).mean().backward()\n"
+        "def main():\n"
+        "    accelerator = Accelerator()\n"
+        "    model, optimizer, loader = accelerator.prepare(net, opt, data)\n"
+        "    fit(model, loader, optimizer)\n",
+        "ACC301",
+    )
+    assert (
+        "fit() has no Accelerator: add an `accelerator` parameter and have its callers "
+        "hand it theirs (`accelerator` at line 8)"
+    ) in helper.message
+
+
 def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
     """A streaming-ASR validation sums ``loss.item()`` per batch of a prepared loader: there
     are no predictions and labels to gather, and a float cannot be reduced, so the advice

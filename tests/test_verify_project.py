@@ -3,7 +3,7 @@ loop in ``src/engine.py``, the loader prepared in ``train.py`` and handed in as 
 check 3, read from the code, reads the imported module with what the script's calls hand it;
 the probe counts the passes of the module's loops, so a run to the end checks them too; a
 script where no evaluation is found says so as a blind spot, not a pass; the checks shown are
-numbered without gaps.
+numbered without gaps (`checks.numbered`).
 
 fixtures/verify/project/: ``original/`` (plain PyTorch), ``ungathered/`` (its conversion with
 the loaders prepared and the module's evaluation left ungathered), ``gathered/`` (right).
@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from accelify.verify.checks import CheckResult
-from accelify.verify.cli import _number
 from accelify.verify.evaluation_code import check_evaluation_code
 from accelify.verify.probe import in_project
 from accelify.verify.records import LoaderPass
@@ -55,17 +54,6 @@ def test_an_evaluation_check_that_finds_no_loop_says_so_and_does_not_call_it_a_p
     assert check.verdict.startswith("not read: no evaluation loop over a DataLoader found")
     assert "a blind spot, not a pass" in check.verdict
     assert "`--to-end` runs every evaluation" in check.verdict
-
-
-def test_the_checks_shown_are_numbered_without_gaps():
-    titles = ["check 1: one process", "check 2: 2 ranks", "check 4: files written"]
-    checks = [CheckResult(title, True, "pass", []) for title in titles]
-    _number(checks)
-    assert [c.title for c in checks] == [
-        "check 1: one process",
-        "check 2: 2 ranks",
-        "check 3: files written",
-    ]
 
 
 def test_a_pass_is_named_by_its_module_and_line():

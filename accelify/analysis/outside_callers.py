@@ -514,6 +514,12 @@ def handed_calls(
     return tuple(found)
 
 
+def project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, Path, str]]:
+    """`_project_calls`, for the conversion: what a driver that uses no accelerator hands a
+    class of the module it trains through (`convert.handed_loaders`)."""
+    return _project_calls(caller, path)
+
+
 def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, Path, str]]:
     """The calls of ``caller`` that run a function, class or method of another project module,
     with that module's file and the member's name (``Trainer.fit``): a name the imports resolve

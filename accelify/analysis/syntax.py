@@ -519,6 +519,27 @@ def unpacked_pairs(
     return [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
 
 
+def top_level_functions(module: cst.Module, name: str) -> list[cst.FunctionDef]:
+    """Every ``def name`` written directly in ``module``'s body, in source order (a function
+    defined again later is listed twice): a helper module's function another module calls."""
+    return [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+
+
+def value_assigned_to(assign: cst.CSTNode, spelling: str) -> cst.BaseExpression | None:
+    """What ``assign`` binds the target spelt ``spelling`` to: the whole value of ``self.model
+    = model``, the element at its place of ``self.model, self.optimizer = model, optimizer``.
+    None where it binds no such target, or its place in the value is not written out."""
+    if not is_assignment(assign):
+        return None
+    for target in assigned_targets(assign):
+        if dotted(target) == spelling:
+            return assign.value
+        for element, value in unpacked_pairs(target, assign.value) or ():
+            if dotted(element) == spelling:
+                return value
+    return None
+
+
 #: Where an element sits in a (nested) tuple: ``(1, 0)`` is the first of the second.
 Path = tuple[int, ...]
 

@@ -747,7 +747,7 @@ def instance_accelerator(
         if (
             isinstance(node, cst.FunctionDef)
             and node.name.value == "__init__"
-            and (attribute := _accelerator_attribute(node)) is not None
+            and (attribute := accelerator_attribute(node)) is not None
         ):
             return f"{target.value}.{attribute}", statement  # type: ignore[return-value]
     return None
@@ -786,7 +786,7 @@ def in_scope_below(model: ScriptModel, node: cst.CSTNode, statement: cst.CSTNode
     )
 
 
-def _accelerator_attribute(init: cst.FunctionDef) -> str | None:
+def accelerator_attribute(init: cst.FunctionDef) -> str | None:
     """``accelerator`` for ``self.accelerator = Accelerator(...)`` in ``init``'s own body."""
     for node in walk(init.body):
         if (

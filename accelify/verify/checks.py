@@ -33,6 +33,15 @@ class CheckResult:
     output: str = ""  # the failing script's output, when it failed
 
 
+def numbered(checks: list[CheckResult]) -> list[CheckResult]:
+    """The checks that ran, titled ``check 1: ...``, ``check 2: ...`` in the order shown: which
+    checks run depends on the run (a run to the end reads no evaluation from the code), so a
+    check's number is its place in this report, never a fixed one that could leave a gap."""
+    for number, check in enumerate(checks, start=1):
+        check.title = f"check {number}: {check.title}"
+    return checks
+
+
 def close(a: float, b: float, atol: float) -> bool:
     if math.isnan(a) and math.isnan(b):
         return True
@@ -60,7 +69,7 @@ def check_equivalence(
 ) -> CheckResult:
     tolerance = "exact" if atol == 0 else f"within {atol:g}"
     result = CheckResult(
-        f"check 1: one process, original vs converted ({tolerance})",
+        f"one process, original vs converted ({tolerance})",
         False,
         "",
         ["step", "original loss", "converted loss", "params max |diff|", "verdict"],
@@ -166,7 +175,7 @@ def check_ranks(
     loops that cache what training reads back, no evaluation."""
     ranks = run.processes
     result = CheckResult(
-        f"check 2: {ranks} ranks, the converted script",
+        f"{ranks} ranks, the converted script",
         False,
         "",
         ["step", *(f"loss rank {r}" for r in range(ranks)), "params across ranks", "verdict"],

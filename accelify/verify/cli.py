@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from accelify.errors import UserError
-from accelify.verify.checks import CheckResult, check_equivalence, check_ranks
+from accelify.verify.checks import CheckResult, check_equivalence, check_ranks, numbered
 from accelify.verify.evaluation_code import check_evaluation_code, training_cache_lines
 from accelify.verify.records import PROBE_FAILED
 from accelify.verify.report import nearest_changes, render_json, render_text
@@ -104,7 +104,7 @@ def run_verify(
     shared = check_shared_files_code(converted_code, str(converted or original))
     if shared is not None:
         checks.append(shared)
-    _number(checks)
+    numbered(checks)
     passed = all(check.passed for check in checks)
     verdict = _verdict(passed, checks, processes, evaluation_read)
     if as_json:
@@ -191,17 +191,6 @@ def _lines_near_divergence(check: CheckResult) -> list[int]:
     if record is None:
         return []
     return [line for line in (record.backward_line, record.step_line) if line is not None]
-
-
-#: ``check 3: ...``: a check's number, as its title starts
-_NUMBERED = re.compile(r"^check \d+")
-
-
-def _number(checks: list[CheckResult]) -> None:
-    """Number the checks shown 1, 2, 3...: a check that does not apply (the evaluation read
-    from the code, in a run to the end) leaves no gap."""
-    for number, check in enumerate(checks, start=1):
-        check.title = _NUMBERED.sub(f"check {number}", check.title, count=1)
 
 
 def _verdict(passed: bool, checks: list[CheckResult], processes: int, evaluation_read: str) -> str:

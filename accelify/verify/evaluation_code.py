@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from accelify.analysis.script_model import ScriptModel
     from accelify.analysis.shared_loops import SharedLoopEvaluation
 
-TITLE = "check 3: evaluation, read from the converted code (the runs stopped after {steps} steps)"
+TITLE = "evaluation, read from the converted code (the runs stopped after {steps} steps)"
 
 
 def check_evaluation_code(

@@ -21,6 +21,7 @@ from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
 from accelify.analysis.loader_readers import loops_reading
 from accelify.analysis.loops import loop_source
+from accelify.analysis.model_setup import last_building_statement
 from accelify.analysis.objects import (
     attributes_kept,
     bound_arguments,
@@ -162,11 +163,7 @@ def run(ctx: Context, scope: Scope) -> None:
                 f"inside {parts[name]}, not on its own",
             )
             continue
-        ctx.plan.change(
-            _binding_line(ctx, name, scope),
-            f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
-            "nothing to train); it stays where the script places it",
-        )
+        _note_untrained(ctx, name, scope)
     body = placement.body_of(scope)
     last_statement = body[max(created.values())] if created else None
     _keep_evaluated_loaders_whole(ctx, chosen, created, scope)
@@ -1046,12 +1043,63 @@ def _drop_untrained_conditional(
     untrained = set(_untrained_models(ctx, scope, pool, {})) & models
     for name in sorted(untrained):
         ctx.frozen.add(name)
-        ctx.plan.change(
-            _binding_line(ctx, name, scope),
-            f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
-            "nothing to train); it stays where the script places it",
-        )
+        _note_untrained(ctx, name, scope)
     return [b for b in conditional if b.name not in untrained]
+
+
+def _note_untrained(ctx: Context, name: str, scope: Scope) -> None:
+    """The summary's line for ``name``, left out of prepare: trained by no optimizer of the
+    scope (a teacher a caller trained before handing it in is said to be), and where it
+    stays: where the script places it, unless the device step moves it beside the batches
+    (which says so on its own line)."""
+    line = _binding_line(ctx, name, scope)
+    trained = _trained_before_handed_in(ctx, name, scope)
+    if trained is None:
+        said = f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
+    else:
+        handed, optimizer = trained
+        owner = ctx.facts.placement.class_of(scope)
+        here = f"{owner.name.value}" if owner is not None else f"{scope.name.value}()"  # type: ignore[union-attr]
+        said = (
+            f"{name} is trained by no optimizer of {here} (the {dotted(handed.value)} line "
+            f"{ctx.line(handed)} hands in is trained before, by {optimizer.name} of line "
+            f"{optimizer.line}): not prepared here (DDP refuses a model with "
+        )
+    ctx.plan.change(line, said + "nothing to train)", when=lambda: name in ctx.moved_untrained)
+    ctx.plan.change(
+        line,
+        said + "nothing to train); it stays where the script places it",
+        when=lambda: name not in ctx.moved_untrained,
+    )
+
+
+def _trained_before_handed_in(
+    ctx: Context, name: str, scope: Scope
+) -> tuple[cst.Arg, Binding] | None:
+    """``self.teacher = teacher`` of a constructor that ``Distiller(teacher, student)`` calls
+    after ``topt = Adam(teacher.parameters())`` trained ``teacher`` in the caller: the
+    argument handed in and that optimizer, at the first such call."""
+    if not isinstance(scope, cst.FunctionDef):
+        return None
+    received = [b for b in ctx.model.of_kind(Kind.MODEL) if b.name == name and b.scope is scope]
+    parameters = {received_name(scope, b.value) for b in received if b.received} - {None}
+    if not parameters:
+        return None
+    optimizers = ctx.model.of_kind(Kind.OPTIMIZER)
+    for call, implicit in ctx.facts.flow.calls_of(scope):
+        caller = ctx.model.scope_of(call)
+        for parameter, argument in bound_arguments(scope, call, implicit):
+            handed = dotted(argument.value)
+            if parameter not in parameters or handed is None:
+                continue
+            for optimizer in optimizers:
+                if (
+                    optimizer.scope is caller
+                    and ctx.model.order(optimizer.statement) < ctx.model.order(call)
+                    and handed in parameter_owners(optimizer)
+                ):
+                    return argument, optimizer
+    return None
 
 
 def _tensor_list(optimizer: Binding, models: set[str]) -> bool:
@@ -1376,14 +1424,16 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
         _keep_evaluated_loaders_whole(ctx, alone, {})
         if name not in alone:
             return
-    ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
-    ctx.need(binding.statement)
+    anchor = binding.statement
+    if binding.kind is Kind.MODEL:  # after its new head and frozen backbone, not before them
+        anchor = last_building_statement(ctx.model, binding.statement, name)
+    ctx.plan.insert_after(anchor, statement(f"{name} = {ctx.a('prepare')}({name})"))
+    ctx.need(anchor)
     ctx.plan.prepared.append(name)
-    ctx.prepared_after[name] = binding.statement
-    ctx.prepared_anchors.setdefault(name, []).append(binding.statement)
-    ctx.plan.change(
-        binding.line, f"{name} is created under a condition: prepared where it is created"
-    )
+    ctx.prepared_after[name] = anchor
+    ctx.prepared_anchors.setdefault(name, []).append(anchor)
+    where = "where it is created" if anchor is binding.statement else "once it is built"
+    ctx.plan.change(binding.line, f"{name} is created under a condition: prepared {where}")
     if binding.kind in (Kind.MODEL, Kind.OPTIMIZER):
         ctx.plan.review(
             binding.line,
@@ -1625,7 +1675,14 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         calls = [call for call, _ in flow.calls_of(method)]
         prepared = (set(ctx.plan.prepared) - received_here) | ctx.model.prepared_names | chosen
         outside = [c for c in calls if not ctx.facts.placement.inside(c, owner)]
-        if not loaders or not outside:
+        if not calls:
+            # constructed by another file of the folder only, once, outside any loop, handed
+            # a DataLoader it made there and never prepares (`convert.handed_loaders`)
+            handed = ctx.model.given_parameters.get(method, {})
+            loaders = [p for p in loaders if p in handed and not handed[p].prepared]
+        elif not outside:
+            continue
+        if not loaders:
             continue
         if len(outside) < len(calls):
             if all(_once_outside(ctx, call, owner) for call in outside):
@@ -1684,9 +1741,12 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         # gathered, their training loop needs no review line).
         kept = attributes_kept(ctx.model, method)
         ctx.prepared_arguments.update(kept[n] for n in unprepared if n in kept)
+        handed = ctx.model.given_parameters.get(method, {}) if not calls else {}
+        sites = sorted({handed[n].where for n in unprepared if n in handed})
         ctx.plan.change(
             ctx.line(method),
-            f"{method.name.value}() prepares the loaders it receives: {targets}",
+            f"{method.name.value}() prepares the loaders it receives: {targets}"
+            + (f" (handed by {', '.join(sites)})" if sites else ""),
         )
 
 
@@ -1817,6 +1877,8 @@ def _prepare_before(
         anywhere=True,
     )
     ctx.prepared_arguments.update(names)
+    for name in names:
+        ctx.prepared_before.setdefault(name, []).append(top)
 
 
 def _prepare_step_driven_loaders(ctx: Context) -> None:
@@ -1838,8 +1900,8 @@ def _prepare_step_driven_loaders(ctx: Context) -> None:
         function = ctx.facts.placement.enclosing_function(loop.node)
         if instance is None or function is None:
             continue
-        trains = f"trains through {owner.name.value}.{step.name.value}() (read by that loop only)"
-        _prepare_loop_loaders_through(ctx, loop, instance, function, trains)
+        trains = f"trains through {owner.name.value}.{step.name.value}()"
+        _prepare_loop_loaders_through(ctx, loop, instance, function, trains, say_only=True)
 
 
 def _prepare_loaders_of_loops_training_an_instance(ctx: Context) -> None:
@@ -1868,11 +1930,18 @@ def _prepare_loaders_of_loops_training_an_instance(ctx: Context) -> None:
 
 
 def _prepare_loop_loaders_through(
-    ctx: Context, loop: Loop, instance: str, function: cst.FunctionDef, trains: str
+    ctx: Context,
+    loop: Loop,
+    instance: str,
+    function: cst.FunctionDef,
+    trains: str,
+    say_only: bool = False,
 ) -> None:
     """Prepare ``loop``'s unprepared DataLoaders through ``instance``'s accelerator, once,
     before the outermost loop around it: only loaders made in ``function`` and read there by
-    nothing but this loop, where ``instance`` is bound before that loop and not rebound in it."""
+    nothing but this loop (or by what runs before that outermost loop, which the prepare's
+    rebinding leaves the loader as made), where ``instance`` is bound before that loop and not
+    rebound in it. ``say_only``: the summary says that loop is the only reader."""
     top = _outermost_loop_of(ctx, loop.node, function)
     names = [
         name
@@ -1885,6 +1954,24 @@ def _prepare_loop_loaders_through(
         return
     if not all(_only_read_by(ctx, name, function, loop, top) for name in names):
         return
+    earlier = sorted(
+        {
+            ctx.line(node)
+            for name in names
+            for node in walk(function)
+            if isinstance(node, cst.Name)
+            and node.value == name
+            and not _binds_name(ctx, node)
+            and _read_before(ctx, node, function, top)
+        }
+    )
+    if earlier:  # ``for x, y in train_loader:`` training the teacher before it, as made
+        shown = ", ".join(map(str, earlier))
+        lines, reads = ("line", "reads") if len(earlier) == 1 else ("lines", "read")
+        trains += f" (read after it by that loop only; {lines} {shown}, before it, {reads} it"
+        trains += " as made)"
+    elif say_only:
+        trains += " (read by that loop only)"
     _prepare_before(ctx, top, instance, names, trains)
 
 
@@ -2155,7 +2242,10 @@ def _only_read_by(
     ctx: Context, name: str, function: cst.FunctionDef, loop: Loop, top: cst.CSTNode
 ) -> bool:
     """``name`` is a local of ``function`` made once by a DataLoader call before ``top``, not
-    rebound, and read nowhere in the function but as ``loop``'s iterable."""
+    rebound, and read nowhere in the function but as ``loop``'s iterable, or before ``top``
+    (a teacher trained on it first, in ``main()`` where no accelerator exists yet): the prepare
+    inserted before ``top`` rebinds the name there, so what runs before still reads the loader
+    as made. A read in a nested function or lambda may run at any time: it counts."""
     if "." in name:
         return False
     made = [b for b in ctx.model.bindings if b.name == name and b.scope is function]
@@ -2174,7 +2264,31 @@ def _only_read_by(
         for node in walk(function)
         if isinstance(node, cst.Name) and node.value == name and not _binds_name(ctx, node)
     ]
-    return all(ctx.facts.placement.inside(node, iterable) for node in reads) and bool(reads)
+    return bool(reads) and all(
+        ctx.facts.placement.inside(node, iterable) or _read_before(ctx, node, function, top)
+        for node in reads
+    )
+
+
+def _read_before(
+    ctx: Context, node: cst.CSTNode, function: cst.FunctionDef, top: cst.CSTNode
+) -> bool:
+    """``node`` is what a ``for`` loop of ``function`` iterates (``for x, y in train_loader:``,
+    ``enumerate(train_loader)``) and runs before ``top`` each time ``function`` runs: earlier in
+    its own body, not in a nested function, lambda or class (whose code may run later). Another
+    read (``n = len(train_loader)``) may keep a value the loop after ``top`` uses with the
+    shard (a sum over it divided by the whole length): it does not count."""
+    if ctx.model.order(node) >= ctx.model.order(top) or ctx.facts.placement.inside(node, top):
+        return False
+    iterated = False
+    for ancestor in ctx.model.ancestors(node):
+        if ancestor is function:
+            return iterated
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef, *_COMPREHENSIONS)):
+            return False
+        if isinstance(ancestor, cst.For) and ctx.facts.placement.inside(node, ancestor.iter):
+            iterated = True
+    return False
 
 
 def _binds_name(ctx: Context, node: cst.Name) -> bool:

@@ -398,6 +398,8 @@ def _attributes(ctx: Context) -> None:
         owner = attribute.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
+        if any(call.func is attribute for call in ctx.through_forward):
+            continue  # the method runs as the wrapper's forward (`through_forward`)
         if member in ("state_dict", "load_state_dict") and _unwrap_through_instance(
             ctx, owner, attribute
         ):
@@ -408,7 +410,9 @@ def _attributes(ctx: Context) -> None:
             dotted(owner), attribute
         ):
             continue
-        if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
+        if not ctx.after_prepare(attribute, dotted(owner)):
+            continue
+        if _is_binding_target(ctx, attribute) and not _set_on_the_wrapper(owner):
             continue
         state = saved_state(ctx, attribute) if member == "state_dict" else None
         if state is not None and gather_or_review(ctx, owner, state):
@@ -565,6 +569,8 @@ def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
     )
     reviews = []
     for entry in found:
+        if entry.call in ctx.through_forward:
+            continue  # run as the wrapper's forward (`through_forward`)
         if entry.through is None:
             ran = f"{entry.what} runs the model's layers outside its forward during training"
         else:
@@ -582,6 +588,15 @@ def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
             )
         )
     return reviews
+
+
+def _set_on_the_wrapper(owner: cst.BaseExpression) -> bool:
+    """``model.batch_size = len(y)`` / ``model.hidden = ...`` / ``self.model.fc = nn.Linear(...)``
+    after prepare: set on the DDP wrapper, the attribute never reaches the model its forward
+    runs (an LSTM's hidden state kept from the last batch, a head that is never used), so the
+    write goes through ``unwrap_model`` as a read does. Not ``self.x = ...`` in the model's own
+    class (``self`` there is the model, never the wrapper)."""
+    return dotted(owner) != "self"
 
 
 def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:
