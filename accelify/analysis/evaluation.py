@@ -1063,9 +1063,43 @@ def _used_as_a_tensor(name: str, loop: Loop, facts: Facts) -> bool:
         elif isinstance(parent, cst.Subscript) and parent.value is node:
             if len(parent.slice) > 1 or isinstance(parent.slice[0].slice, cst.Slice):
                 return True
-        elif isinstance(parent, cst.Arg) and _tensor_call(model.parent(parent), facts):
+        elif isinstance(parent, cst.Arg) and (
+            _tensor_call(model.parent(parent), facts)
+            or _appended_to_joined_tensors(parent, loop, facts)  # then ``torch.cat`` of them
+        ):
             return True
     return False
+
+
+#: torch's calls that join a list of tensors: a list of lists makes them raise.
+_TENSOR_JOINS = frozenset(
+    f"torch.{name}" for name in ("cat", "concat", "concatenate", "stack", "vstack", "hstack")
+)
+
+
+def _appended_to_joined_tensors(argument: cst.Arg, loop: Loop, facts: Facts) -> bool:
+    """``targets.append(y)`` in the loop, and ``torch.cat(targets)`` (or ``torch.stack``) in
+    the same function: each appended value is a tensor, since torch joins nothing else."""
+    model = facts.model
+    call = model.parent(argument)
+    if not (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "append"
+        and isinstance(call.func.value, cst.Name)
+        and len(call.args) == 1
+    ):
+        return False
+    listed = call.func.value.value
+    scope = facts.placement.enclosing_function(loop.node) or model.module
+    return any(
+        isinstance(node, cst.Call)
+        and node.args
+        and isinstance(node.args[0].value, cst.Name)
+        and node.args[0].value.value == listed
+        and model.qualified(node.func) & _TENSOR_JOINS
+        for node in walk(scope)
+    )
 
 
 def _tensor_call(call: cst.CSTNode | None, facts: Facts) -> bool:

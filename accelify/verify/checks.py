@@ -277,19 +277,19 @@ def _ungathered_evaluations(
     if not run.passes or not single.passes:
         return []
     problems = []
-    seen: dict[int, int] = {}
+    seen: dict[tuple[str, int], int] = {}
     reference = single.passes[0]
     for loader_pass in run.passes[0]:
-        occurrence = seen.get(loader_pass.line, 0)
-        seen[loader_pass.line] = occurrence + 1
-        same = [p for p in reference if p.line == loader_pass.line]
-        if occurrence >= len(same) or loader_pass.line in caches:
+        occurrence = seen.get(loader_pass.place, 0)
+        seen[loader_pass.place] = occurrence + 1
+        same = [p for p in reference if p.place == loader_pass.place]
+        if occurrence >= len(same) or loader_pass.place in {("", line) for line in caches}:
             continue
         whole = same[occurrence]
         sharded = 0 < loader_pass.batches < whole.batches
         if sharded and loader_pass.backward == 0 and loader_pass.collectives == 0:
             problems.append(
-                f"the evaluation loop at line {loader_pass.line} runs over {loader_pass.batches} "
+                f"the evaluation loop at {loader_pass.where} runs over {loader_pass.batches} "
                 f"of {whole.batches} batches on each rank and gathers nothing: what it computes "
                 "covers one rank's shard (gather predictions and labels with "
                 "accelerator.gather_for_metrics)"
@@ -299,7 +299,7 @@ def _ungathered_evaluations(
         whole_everywhere = run.processes > 1 and loader_pass.batches == whole.batches >= 2
         if whole_everywhere and loader_pass.backward == 0 and loader_pass.gathers > 0:
             problems.append(
-                f"the evaluation loop at line {loader_pass.line} runs over all "
+                f"the evaluation loop at {loader_pass.where} runs over all "
                 f"{loader_pass.batches} batches on every rank and gathers what it computes: "
                 f"the gather joins {run.processes} copies of every sample (counts and sums "
                 f"{run.processes} times too large); pass its DataLoader to accelerator.prepare"

@@ -94,11 +94,13 @@ def run_verify(
             )
         finally:
             stop_all(runs)
-    evaluation_read = False
+    evaluation_read = ""  # "read", "blind" (no loop found), or "" (the runs evaluated)
     if steps != 0:  # the runs stopped early: the evaluation is checked from the code
-        evaluation = check_evaluation_code(converted_code, str(converted or original), steps)
+        evaluation = check_evaluation_code(
+            converted_code, str(converted or original), steps, (converted or original).resolve()
+        )
         checks.append(evaluation)
-        evaluation_read = bool(evaluation.rows)
+        evaluation_read = "read" if evaluation.rows else "blind"
     shared = check_shared_files_code(converted_code, str(converted or original))
     if shared is not None:
         checks.append(shared)
@@ -191,14 +193,19 @@ def _lines_near_divergence(check: CheckResult) -> list[int]:
     return [line for line in (record.backward_line, record.step_line) if line is not None]
 
 
-def _verdict(passed: bool, checks: list[CheckResult], processes: int, evaluation_read: bool) -> str:
+def _verdict(passed: bool, checks: list[CheckResult], processes: int, evaluation_read: str) -> str:
     if passed:
         verdict = (
             f"verdict: PASS - the conversion trains like the original on 1 process and keeps "
             f"{processes} ranks in step"
         )
-        if evaluation_read:
+        if evaluation_read == "read":
             verdict += "; its evaluation was read from the code, not run (`--to-end` runs it)"
+        elif evaluation_read == "blind":
+            verdict += (
+                "; no evaluation was found in the code to read, and the runs stopped before "
+                "any (`--to-end` runs every evaluation)"
+            )
         return verdict
     failed = [check.title.split(":")[0] for check in checks if not check.passed]
     return "verdict: FAIL - " + "; ".join(failed)

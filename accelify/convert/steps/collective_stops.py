@@ -18,6 +18,7 @@ import libcst as cst
 from libcst.metadata import CodePosition
 
 from accelify.analysis.own_stops import decided_on_own_shard
+from accelify.analysis.rank_dependence import SETTINGS_ROOTS
 from accelify.analysis.syntax import dotted, is_print_alone, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.collective_rewrites import collective_stop
@@ -112,9 +113,22 @@ def _names_only(ctx: Context, test: cst.BaseExpression) -> bool:
     collective, which costs nothing when it is."""
     return not any(
         isinstance(node, (cst.Call, cst.Subscript))
-        or (isinstance(node, cst.Attribute) and not _constructor_setting(ctx, node))
+        or (
+            isinstance(node, cst.Attribute)
+            and not _constructor_setting(ctx, node)
+            and not _run_setting(ctx, node)
+        )
         for node in walk(test)
     )
+
+
+def _run_setting(ctx: Context, attribute: cst.Attribute) -> bool:
+    """``args.patience``: a field of the run's settings (`SETTINGS_ROOTS`: the command line
+    every rank parses alike) that nothing in the file stores into, so no rank holds its own."""
+    name = dotted(attribute)
+    if name is None or name.count(".") != 1 or name.split(".")[0] not in SETTINGS_ROOTS:
+        return False
+    return not ctx.model.index.assignments_to(name) and not _set_by_name(ctx, attribute.attr.value)
 
 
 def _constructor_setting(ctx: Context, attribute: cst.Attribute) -> bool:
