@@ -483,6 +483,24 @@ class CollectiveOnSomeRanks(Rule):
             "        self.model = self.accelerator.unwrap_model(self.model)\n\n"
             "    def train(self):",
         ),
+        # ... also where it binds it by unpacking or with an annotation
+        _TRAINER_VALIDATES.format(
+            plugin=_FSDP_PLUGIN, guard="if self.is_main:\n            "
+        ).replace(
+            "    def train(self):",
+            "    def finish(self):\n"
+            "        self.model, self.optimizer = (\n"
+            "            self.accelerator.unwrap_model(self.model), None)\n\n"
+            "    def train(self):",
+        ),
+        _TRAINER_VALIDATES.format(
+            plugin=_FSDP_PLUGIN, guard="if self.is_main:\n            "
+        ).replace(
+            "    def train(self):",
+            "    def finish(self):\n"
+            "        self.model: torch.nn.Module = self.accelerator.unwrap_model(self.model)\n\n"
+            "    def train(self):",
+        ),
         # no buffers: DDP's forward broadcasts nothing
         _BUFFERED.replace("torch.nn.BatchNorm1d(8)", "torch.nn.Dropout(0.1)")
         + _EVALUATE
