@@ -8,6 +8,8 @@ from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
+from accelify.analysis.outside_callers import ProjectView
+from accelify.analysis.project_modules import read
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.returned_values import held_by_callers, returned_tuples, unpacked_slot
 from accelify.analysis.sample_counts import first_dimension_of
@@ -2326,7 +2328,40 @@ def _combined_by_other_modules(
         return False
     owner = facts.placement.class_of(function)
     sites = project.callers_of(function, owner.name.value if owner is not None else None)
-    return bool(sites) and all(_combined_at(caller, call, slot) for caller, call, _ in sites)
+    if not sites or _named_but_not_called(project, function.name.value):
+        return False
+    return all(_combined_at(caller, call, slot) for caller, call, _ in sites)
+
+
+def _named_but_not_called(project: ProjectView, name: str) -> bool:
+    """A module of the project that imports this one names ``name`` other than in a plain
+    import, a call or a definition: an alias (``from utils import evaluate as ev``), a
+    reference kept or handed on (``fn = utils.evaluate``, ``pool.map(utils.evaluate, ...)``).
+    Its calls are not among those `callers_of` finds, so whether they gather is not known
+    (a module that cannot be parsed counts so too)."""
+    for path in dict.fromkeys((*project.handing, *project.importers, *project.callers)):
+        data = read(path)
+        if name.encode() not in data:
+            continue
+        try:
+            module = cst.parse_module(data)
+        except cst.ParserSyntaxError:
+            return True
+        allowed: set[int] = set()
+        for node in walk(module):
+            if isinstance(node, cst.Call):
+                func = node.func
+                allowed.add(id(func.attr if isinstance(func, cst.Attribute) else func))
+            elif isinstance(node, cst.FunctionDef | cst.ClassDef) or (
+                isinstance(node, cst.ImportAlias) and node.asname is None
+            ):
+                allowed.add(id(node.name))
+        if any(
+            isinstance(node, cst.Name) and node.value == name and id(node) not in allowed
+            for node in walk(module)
+        ):
+            return True
+    return False
 
 
 def _returned_slot(
