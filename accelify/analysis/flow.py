@@ -26,6 +26,7 @@ from accelify.analysis.syntax import (
     assigned_targets,
     dotted,
     keyword_value,
+    rebound_targets,
     root_name,
     self_parameter,
     target_names,
@@ -1057,7 +1058,7 @@ class ObjectFlow:
         where order decides, above). Not where another method binds the attribute anew
         (``self.model = self.accelerator.unwrap_model(self.model)`` after training, or
         ``self.model, self.opt = ...``, ``self.model: nn.Module = ...``, ``for self.model in
-        ...``, ``with ... as self.model``, ``del self.model``: `_rebound_targets`)."""
+        ...``, ``with ... as self.model``, ``del self.model``: `rebound_targets`)."""
         if not name.startswith("self."):
             return False
         function = self.placement.enclosing_function(call)
@@ -1065,7 +1066,7 @@ class ObjectFlow:
         if function is None or owner is None or function.name.value == "__init__":
             return False
         for node in walk(owner):
-            if any(dotted(t) == name for t in _rebound_targets(node)):
+            if any(dotted(t) == name for t in rebound_targets(node)):
                 where = self.placement.enclosing_function(node)
                 if where is None or where.name.value != "__init__":
                     return False
@@ -1634,24 +1635,3 @@ def dict_entries(
     if isinstance(value, cst.Call) and model.qualified(value.func) == {"builtins.dict"}:
         return {a.keyword.value: a.value for a in value.args if a.keyword is not None}
     return None
-
-
-def _rebound_targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
-    """What ``node`` binds anew, each element of an unpacking on its own: the targets of an
-    assignment of any kind, a ``for``, a ``with ... as`` and a ``del``."""
-    if isinstance(node, cst.Assign):
-        spelled: list[cst.BaseExpression] = [t.target for t in node.targets]
-    elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)):
-        spelled = [node.target]
-    elif isinstance(node, cst.With):
-        spelled = [item.asname.name for item in node.items if item.asname is not None]
-    else:
-        return []
-    found: list[cst.BaseExpression] = []
-    while spelled:
-        target = spelled.pop()
-        if isinstance(target, (cst.Tuple, cst.List)):
-            spelled.extend(element.value for element in target.elements)
-        else:
-            found.append(target)
-    return found
