@@ -138,6 +138,15 @@ class SchedulerSizedPerRank(Rule):
         # the converse: the whole DataLoader's length, taken before prepare, multiplied by the
         # process count as well (a ViT ImageNet trainer, lintreal38)
         Example(_BEFORE_PREPARE.format(steps="total_steps * accelerator.num_processes"), 11, 31),
+        # ... the factor put on by an augmented assignment
+        Example(
+            _BEFORE_PREPARE.format(steps="total_steps").replace(
+                "total_steps = len(loader) * 3\n",
+                "total_steps = len(loader) * 3\ntotal_steps *= accelerator.num_processes\n",
+            ),
+            12,
+            31,
+        ),
         # the dict prepared entry by entry, one of its entries read under a name of its own
         Example(
             _HEAD.replace(
@@ -331,6 +340,18 @@ def _collect(
             if node.value in skipped:
                 continue
             named = last_binding(script, node.value, at)
+            while isinstance(named, cst.AugAssign):  # ``steps *= accelerator.num_processes``
+                divisor = script.module.code_for_node(named.value)
+                dividing = isinstance(
+                    named.operator, (cst.DivideAssign, cst.FloorDivideAssign, cst.ModuloAssign)
+                )
+                if dividing and PROCESS_COUNT.search(divisor):
+                    return False
+                if not _collect(
+                    script, named.value, named, depth - 1, seen, lengths, counts, skipped
+                ):
+                    return False
+                named = last_binding(script, node.value, named)  # what it updated
             if isinstance(named, cst.Assign) and not _collect(
                 script, named.value, named, depth - 1, seen, lengths, counts, skipped
             ):
