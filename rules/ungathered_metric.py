@@ -2345,7 +2345,7 @@ def _named_but_not_called(project: ProjectView, name: str) -> bool:
             continue
         try:
             module = cst.parse_module(data)
-        except cst.ParserSyntaxError:
+        except (cst.ParserSyntaxError, ValueError):  # ValueError: UnicodeDecodeError too
             return True
         allowed: set[int] = set()
         for node in walk(module):
