@@ -112,6 +112,18 @@ _TRAINER_VALIDATES = (
     "        {guard}print(self.validate(4))\n"
 )
 
+
+def _validated_beside_a_finish(rebinding: str) -> str:
+    """The FSDP trainer validating on the main process alone, beside a ``finish`` method whose
+    one statement ``rebinding`` binds ``self.model`` anew."""
+    return _TRAINER_VALIDATES.format(
+        plugin=_FSDP_PLUGIN, guard="if self.is_main:\n            "
+    ).replace(
+        "    def train(self):",
+        f"    def finish(self):\n        {rebinding}\n\n    def train(self):",
+    )
+
+
 _BEST_CHECKPOINT = (
     "import torch\nfrom accelerate import Accelerator{imports}\n\n\n"
     "class Trainer:\n"
@@ -473,15 +485,15 @@ class CollectiveOnSomeRanks(Rule):
         # alone may run the forward; and under FSDP with every rank validating
         _TRAINER_VALIDATES.format(plugin="", guard="if self.is_main:\n            "),
         _TRAINER_VALIDATES.format(plugin=_FSDP_PLUGIN, guard=""),
-        # ... and where a method binds self.model anew (unwrapped): which model a later method
-        # runs depends on the order of the calls, not reported
-        _TRAINER_VALIDATES.format(
-            plugin=_FSDP_PLUGIN, guard="if self.is_main:\n            "
-        ).replace(
-            "    def train(self):",
-            "    def finish(self):\n"
-            "        self.model = self.accelerator.unwrap_model(self.model)\n\n"
-            "    def train(self):",
+        # ... and where a method binds self.model anew (unwrapped), in any spelling: which
+        # model a later method runs depends on the order of the calls, not reported
+        *(
+            _validated_beside_a_finish(rebinding)
+            for rebinding in (
+                "self.model = self.accelerator.unwrap_model(self.model)",
+                "self.model, self.optimizer = self.accelerator.unwrap_model(self.model), None",
+                "self.model: torch.nn.Module = self.accelerator.unwrap_model(self.model)",
+            )
         ),
         # no buffers: DDP's forward broadcasts nothing
         _BUFFERED.replace("torch.nn.BatchNorm1d(8)", "torch.nn.Dropout(0.1)")

@@ -5,6 +5,7 @@ import libcst as cst
 from accelify.analysis.collectives import DDP, backends_in_view
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import last_binding
+from accelify.analysis.names import OPTIMIZER_NAMES
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, unwrapped_argument, walk
@@ -174,11 +175,18 @@ class LoadOnOneRank(Rule):
                 if backends_in_view(script) != {DDP}
                 else ""
             )
-            if name in script.names_of(Kind.OPTIMIZER):
+            kind = _state_kind(script, name, call)
+            if kind is Kind.OPTIMIZER:
                 reason = (
                     "the other ranks keep their own optimizer state (moments, step counts), "
                     "so from the same averaged gradients they take different steps and the "
                     "ranks train apart"
+                )
+            elif kind is Kind.SCHEDULER:
+                reason = (
+                    "the other ranks keep their own schedule (its step count), so their "
+                    "learning rates differ, they take different steps from the same averaged "
+                    "gradients and the ranks train apart"
                 )
             else:
                 reason = (
@@ -279,6 +287,28 @@ def _after_a_prepare(script: ScriptModel, call: cst.Call) -> bool:
         ):
             return True
     return False
+
+
+def _state_kind(script: ScriptModel, name: str, at: cst.CSTNode) -> Kind | None:
+    """What the object whose state is loaded is, for the reason the message gives (an
+    optimizer's moments, a schedule's step count, a model's weights that DDP copies once): its
+    kind by the analysis, else the kind of what the ``prepare`` that returned it was handed at
+    its place, else its name (a trainer's ``self.optimizer``, ``self.lr_scheduler`` handed in
+    by a caller the analysis does not read)."""
+    flow = facts_of(script).flow
+    kind = flow.kind_of(name, at)
+    for prepare in script.prepare_calls:
+        if kind is not None:
+            break
+        if name in prepare.outputs and len(prepare.inputs) == len(prepare.outputs):
+            kind = flow.kind_of(prepare.inputs[prepare.outputs.index(name)], prepare.call)
+    if kind is None:
+        last = name.rsplit(".", 1)[-1].lower()
+        if last in OPTIMIZER_NAMES:
+            return Kind.OPTIMIZER
+        if "scheduler" in last:
+            return Kind.SCHEDULER
+    return kind
 
 
 def _loaded_object(

@@ -5,6 +5,7 @@ import libcst as cst
 from accelify.analysis.alike_tests import alike_by_its_callers
 from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
+from accelify.analysis.name_scopes import binding_spellings
 from accelify.analysis.process_count import several_processes
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.shared_files import SharedFile
@@ -85,6 +86,27 @@ _EVERY_EPOCH = (
     + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
     + "{barrier}"
     + "    state = torch.load('ckpt.pt')\n"
+)
+
+
+#: A trainer's step tested twice, a barrier under the first and the read under the second;
+#: ``{between}`` runs between the two tests.
+_STEP_TESTED_TWICE = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model = self.accelerator.prepare(model)\n"
+    "        self.global_step = 0\n\n"
+    "    def train(self, loader):\n"
+    "        for batch in loader:\n"
+    "            if self.accelerator.is_main_process:\n"
+    "                torch.save(self.accelerator.unwrap_model(self.model).state_dict(), 'c.pt')\n"
+    "            if self.global_step % 5 == 0:\n"
+    "                self.accelerator.wait_for_everyone()\n"
+    "{between}"
+    "            if self.global_step % 5 == 0:\n"
+    "                state = torch.load('c.pt')\n"
 )
 
 
@@ -175,6 +197,27 @@ class ReadBeforeWritten(Rule):
             + "    if epoch % every == 0:\n"
             + "        state = torch.load('ckpt.pt')\n",
             12,
+            17,
+        ),
+        # ... or the test reads a counter the code between steps (self.global_step += 1)
+        Example(_STEP_TESTED_TWICE.format(between="            self.global_step += 1\n"), 19, 25),
+        # ... or a name that a function called between may rebind (``global every``)
+        Example(
+            HEADER
+            + "import torch\n"
+            + "every = 5\n"
+            + "def bump():\n"
+            + "    global every\n"
+            + "    every += 1\n"
+            + "for epoch in range(epochs):\n"
+            + "    if accelerator.is_main_process:\n"
+            + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
+            + "    if epoch % every == 0:\n"
+            + "        accelerator.wait_for_everyone()\n"
+            + "    bump()\n"
+            + "    if epoch % every == 0:\n"
+            + "        state = torch.load('ckpt.pt')\n",
+            15,
             17,
         ),
         # a barrier in one case of a match: the other epochs read without waiting
@@ -402,6 +445,8 @@ class ReadBeforeWritten(Rule):
         + "        accelerator.wait_for_everyone()\n"
         + "    if epoch % 5 == 0:\n"
         + "        state = torch.load('ckpt.pt')\n",
+        # ... also where the test reads a member nothing between changes
+        _STEP_TESTED_TWICE.format(between=""),
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
         _SAVED_BY_A_HELPER_OBJECT.format(
@@ -940,29 +985,42 @@ def _read_under_the_same_test(
         held = ancestor.body if arm == "body" else ancestor.orelse
         if held is None or not script.inside(read, held):
             continue
-        names = _reads(script, ancestor.test)
-        return not any(
-            start < script.order(node) < script.order(ancestor) and names & _bound_by(node)
-            for node in script.index.of_type(_BINDINGS)
-        )
+        waited = branch.body if arm == "body" else branch.orelse
+        return _test_unchanged(script, branch, waited, ancestor)
     return False
 
 
-#: Statements and expressions that bind names (`_bound_by`).
-_BINDINGS = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For)
+def _test_unchanged(
+    script: ScriptModel, first: cst.If, waited: cst.CSTNode, second: cst.If
+) -> bool:
+    """Nothing run between ``first``'s test and ``second``'s may change what the (same) test
+    reads, so both give the same answer: no binding of any kind of a name it reads between
+    them (`binding_spellings`: an assignment, a ``for``, an import, a ``with ... as``, a
+    ``match`` capture, a ``del``), none declared ``global`` or ``nonlocal`` anywhere (a call
+    between may rebind it), and where it reads a member or an item (``self.global_step``,
+    ``flags[0]``), no call and no assignment at all between (``self.global_step += 1``, a
+    method that counts) outside the arm that ``waited`` (a pass that ran it has waited): a
+    pass may otherwise skip the barrier and take the read."""
+    start, end = script.order(first), script.order(second)
+    for name in _reads(script, second.test):
+        for spelled in binding_spellings(script, name):
+            if isinstance(script.parent(spelled), cst.NameItem):
+                return False  # ``global every``: whatever a call runs may rebind it
+            if start < script.order(spelled) < end:
+                return False
+    if not any(isinstance(n, (cst.Attribute, cst.Subscript)) for n in walk(second.test)):
+        return True
+    changing = (
+        *script.calls,
+        *script.index.of_type((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del)),
+    )
+    return not any(
+        start < script.order(node) < end and not script.inside(node, waited) for node in changing
+    )
 
 
 def _spelling(script: ScriptModel, test: cst.BaseExpression) -> str:
     return "".join(script.module.code_for_node(test).split())
-
-
-def _bound_by(node: cst.CSTNode) -> set[str]:
-    """The plain names an assignment, a walrus or a ``for`` binds."""
-    if isinstance(node, cst.Assign):
-        return {name for t in node.targets for name in target_names(t.target)}
-    if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For)):
-        return set(target_names(node.target))
-    return set()
 
 
 def _launch_test(script: ScriptModel, test: cst.BaseExpression) -> bool:

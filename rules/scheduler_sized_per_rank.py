@@ -11,7 +11,7 @@ from accelify.analysis.scheduler_preparation import (
     sized_by_a_prepared_loader,
     steps_once_per_process,
 )
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, walk
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
@@ -138,6 +138,15 @@ class SchedulerSizedPerRank(Rule):
         # the converse: the whole DataLoader's length, taken before prepare, multiplied by the
         # process count as well (a ViT ImageNet trainer, lintreal38)
         Example(_BEFORE_PREPARE.format(steps="total_steps * accelerator.num_processes"), 11, 31),
+        # ... the factor put on by an augmented assignment
+        Example(
+            _BEFORE_PREPARE.format(steps="total_steps").replace(
+                "total_steps = len(loader) * 3\n",
+                "total_steps = len(loader) * 3\ntotal_steps *= accelerator.num_processes\n",
+            ),
+            12,
+            31,
+        ),
         # the dict prepared entry by entry, one of its entries read under a name of its own
         Example(
             _HEAD.replace(
@@ -158,6 +167,15 @@ class SchedulerSizedPerRank(Rule):
         _BEFORE_PREPARE.format(
             steps="math.ceil(len(loader) / accelerator.num_processes) * 3"
             " * accelerator.num_processes"
+        ),
+        # the whole length alone, the factor on the warmup (diffusers' convention) or on the
+        # optimizer's learning rate: nothing multiplies the length twice
+        _BEFORE_PREPARE.format(steps="total_steps").replace(
+            "num_warmup_steps=100", "num_warmup_steps=100 * accelerator.num_processes"
+        ),
+        _BEFORE_PREPARE.format(steps="total_steps").replace(
+            "AdamW(model.parameters())",
+            "AdamW(model.parameters(), lr=1e-4 * accelerator.num_processes)",
         ),
         # the dict's entry sized before it is prepared
         "import torch\n"
@@ -264,14 +282,22 @@ def _whole_length_times_processes(
     binding = last_binding(script, given, prepare)
     if not isinstance(binding, cst.Assign) or not isinstance(binding.value, cst.Call):
         return None
-    lengths: list[cst.Call] = []
-    counts: list[cst.CSTNode] = []
-    if not _collect(script, binding.value, binding, _TWICE_DEPTH, set(), lengths, counts):
-        return None
-    whole = [n for n in lengths if _prepared_after(script, n)]
-    if not whole or len(whole) != len(lengths) or not counts:
-        return None
-    return whole[0], counts[0]
+    # argument by argument: the factor must multiply the length itself, not the warmup
+    # (``num_warmup_steps=100 * accelerator.num_processes``, diffusers' convention, right) nor
+    # the optimizer's learning rate (``lr=base_lr * accelerator.num_processes``)
+    skipped = script.names_of(Kind.MODEL, Kind.OPTIMIZER, Kind.ACCELERATOR)
+    found: tuple[cst.Call, cst.CSTNode] | None = None
+    for given_argument in binding.value.args:
+        lengths: list[cst.Call] = []
+        counts: list[cst.CSTNode] = []
+        if not _collect(
+            script, given_argument.value, binding, _TWICE_DEPTH, set(), lengths, counts, skipped
+        ):
+            return None  # a division by the process count anywhere: sized per rank on purpose
+        whole = [n for n in lengths if _prepared_after(script, n)]
+        if found is None and whole and len(whole) == len(lengths) and counts:
+            found = whole[0], counts[0]
+    return found
 
 
 def _collect(
@@ -282,9 +308,12 @@ def _collect(
     seen: set[int],
     lengths: list[cst.Call],
     counts: list[cst.CSTNode],
+    skipped: set[str],
 ) -> bool:
     """Gather the ``len()`` calls and process-count factors ``expression`` reads, through the
-    names it reads (their last binding above ``at``); False on a division by the count."""
+    names it reads (their last binding above ``at``) other than ``skipped`` (the model, the
+    optimizer, the accelerator: what built them sizes nothing); False on a division by the
+    count."""
     if id(expression) in seen:
         return True
     seen.add(id(expression))
@@ -308,9 +337,23 @@ def _collect(
                 isinstance(parent, cst.Call) and parent.func is node
             ):
                 continue  # ``args.epochs``, ``accelerator.num_processes``, a function called
+            if node.value in skipped:
+                continue
             named = last_binding(script, node.value, at)
+            while isinstance(named, cst.AugAssign):  # ``steps *= accelerator.num_processes``
+                divisor = script.module.code_for_node(named.value)
+                dividing = isinstance(
+                    named.operator, (cst.DivideAssign, cst.FloorDivideAssign, cst.ModuloAssign)
+                )
+                if dividing and PROCESS_COUNT.search(divisor):
+                    return False
+                if not _collect(
+                    script, named.value, named, depth - 1, seen, lengths, counts, skipped
+                ):
+                    return False
+                named = last_binding(script, node.value, named)  # what it updated
             if isinstance(named, cst.Assign) and not _collect(
-                script, named.value, named, depth - 1, seen, lengths, counts
+                script, named.value, named, depth - 1, seen, lengths, counts, skipped
             ):
                 return False
     return True

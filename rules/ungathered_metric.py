@@ -8,6 +8,8 @@ from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
+from accelify.analysis.outside_callers import ProjectView
+from accelify.analysis.project_modules import read
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.returned_values import held_by_callers, returned_tuples, unpacked_slot
 from accelify.analysis.sample_counts import first_dimension_of
@@ -2315,21 +2317,81 @@ def _combined_by_other_modules(
     a gather (``accelerator.gather_for_metrics(utils.evaluate(model, loader))``), or bound to
     a name a collective reads after it (``preds = utils.evaluate(...)``, then
     ``accelerator.gather_for_metrics(preds)``). What the helper returns is this rank's; its
-    callers make it the whole set's."""
+    callers make it the whole set's. The total may be one slot of a returned tuple (``return
+    torch.cat(preds), torch.cat(labels)``): a caller then gathers the whole tuple, or the name
+    its unpacking binds at that slot (``preds, labels = utils.evaluate(...)``)."""
     project = script.project
     if project is None or facts.flow.calls_of(function):
         return False
-    returns = script.index.own_returns(function)
-    if not returns or not all(_returns_total(script, r.value, target) for r in returns):
+    slot = _returned_slot(script, function, target)
+    if slot is False:
         return False
     owner = facts.placement.class_of(function)
     sites = project.callers_of(function, owner.name.value if owner is not None else None)
-    return bool(sites) and all(_combined_at(caller, call) for caller, call, _ in sites)
+    if not sites or _named_but_not_called(project, function.name.value):
+        return False
+    return all(_combined_at(caller, call, slot) for caller, call, _ in sites)
 
 
-def _combined_at(caller: ScriptModel, call: cst.Call) -> bool:
+def _named_but_not_called(project: ProjectView, name: str) -> bool:
+    """A module of the project that imports this one names ``name`` other than in a plain
+    import, a call or a definition: an alias (``from utils import evaluate as ev``), a
+    reference kept or handed on (``fn = utils.evaluate``, ``pool.map(utils.evaluate, ...)``).
+    Its calls are not among those `callers_of` finds, so whether they gather is not known
+    (a module that cannot be parsed counts so too)."""
+    for path in dict.fromkeys((*project.handing, *project.importers, *project.callers)):
+        data = read(path)
+        if name.encode() not in data:
+            continue
+        try:
+            module = cst.parse_module(data)
+        except (cst.ParserSyntaxError, ValueError):  # ValueError: UnicodeDecodeError too
+            return True
+        allowed: set[int] = set()
+        for node in walk(module):
+            if isinstance(node, cst.Call):
+                func = node.func
+                allowed.add(id(func.attr if isinstance(func, cst.Attribute) else func))
+            elif isinstance(node, cst.FunctionDef | cst.ClassDef) or (
+                isinstance(node, cst.ImportAlias) and node.asname is None
+            ):
+                allowed.add(id(node.name))
+        if any(
+            isinstance(node, cst.Name) and node.value == name and id(node) not in allowed
+            for node in walk(module)
+        ):
+            return True
+    return False
+
+
+def _returned_slot(
+    script: ScriptModel, function: cst.FunctionDef, target: str
+) -> tuple[int, int] | bool | None:
+    """Where every return of ``function`` hands back the total ``target``: None for the whole
+    value, ``(slot, width)`` for one place of a tuple of that many elements (`returned_tuples`,
+    the same place in each), False where some return hands back anything else."""
+    values = [r.value for r in script.index.own_returns(function)]
+    if not values:
+        return False
+    if all(_returns_total(script, value, target) for value in values):
+        return None
+    tuples = returned_tuples(values)
+    if tuples is None:
+        return False
+    places = {
+        tuple(i for i, e in enumerate(t.elements) if _returns_total(script, e.value, target))
+        for t in tuples
+    }
+    if len(places) != 1 or len(place := places.pop()) != 1:
+        return False
+    return place[0], len(tuples[0].elements)
+
+
+def _combined_at(caller: ScriptModel, call: cst.Call, slot: tuple[int, int] | None) -> bool:
     """``call``, in the caller's file, is an argument of a collective, or its whole result is
-    bound to one name that a collective reaches after it, before any other read."""
+    bound to one name that a collective reaches after it, before any other read (or, for a
+    total at ``slot`` of a returned tuple, the name an unpacking of as many targets binds
+    there)."""
     accelerators = caller.names_of(Kind.ACCELERATOR)
     argument = caller.parent(call)
     gather = caller.parent(argument) if isinstance(argument, cst.Arg) else None
@@ -2342,11 +2404,17 @@ def _combined_at(caller: ScriptModel, call: cst.Call) -> bool:
         isinstance(statement, cst.Assign)
         and statement.value is call
         and len(statement.targets) == 1
-        and isinstance(statement.targets[0].target, cst.Name)
     ):
         return False
-    name = statement.targets[0].target.value
-    return _reduced_later(caller, statement, name, calls(caller), accelerators)
+    target = statement.targets[0].target
+    if slot is not None and isinstance(target, cst.Tuple | cst.List):
+        elements = target.elements
+        if len(elements) != slot[1] or any(isinstance(e, cst.StarredElement) for e in elements):
+            return False
+        target = elements[slot[0]].value
+    if not isinstance(target, cst.Name):
+        return False
+    return _reduced_later(caller, statement, target.value, calls(caller), accelerators)
 
 
 #: Calls that join a list of tensors and keep every value: what they return is the total.

@@ -1666,3 +1666,38 @@ def test_an_exit_names_where_the_others_wait_on_every_pass():
     )
     message = the_finding(code, "ACC210").message
     assert "the others go on to the collective at line 5 " in message
+
+
+@pytest.mark.parametrize(
+    ("loaded", "reason"),
+    [
+        ("model", "DistributedDataParallel copies the main process's weights"),
+        ("optimizer", "keep their own optimizer state (moments, step counts)"),
+        ("scheduler", "keep their own schedule (its step count)"),
+    ],
+)
+def test_a_trainers_state_loaded_on_one_rank_is_explained_by_what_it_is(loaded, reason):
+    """A trainer handed its objects by a caller the file does not show (their kinds unknown):
+    the optimizer's and the scheduler's state loaded on the main process alone is not
+    explained as DDP's copy of the model's weights (review9a)."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, optimizer, scheduler, loader):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model, self.optimizer, self.scheduler, self.loader = (\n"
+        "            self.accelerator.prepare(model, optimizer, scheduler, loader))\n\n"
+        "    def load(self, path):\n"
+        "        if not self.accelerator.is_main_process:\n"
+        "            return\n"
+        f"        self.{loaded}.load_state_dict(torch.load(path)['x'])\n\n"
+        "    def train(self, path):\n"
+        "        self.load(path)\n"
+        "        for batch in self.loader:\n"
+        "            self.accelerator.backward(self.model(batch).sum())\n"
+        "            self.optimizer.step()\n"
+        "            self.scheduler.step()\n"
+    )
+    found = the_finding(code, "ACC213")
+    assert (found.line, reason in found.message) == (14, True), found.message
+    assert "outside the rank test at line 12" in found.message

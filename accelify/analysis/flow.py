@@ -26,6 +26,7 @@ from accelify.analysis.syntax import (
     assigned_targets,
     dotted,
     keyword_value,
+    rebound_targets,
     root_name,
     self_parameter,
     target_names,
@@ -1055,7 +1056,9 @@ class ObjectFlow:
         ``self.model`` (a DiLoCo/FSDP trainer's ``_validate``): every method runs after the
         constructor, so the attribute is the prepared model there (not in ``__init__`` itself,
         where order decides, above). Not where another method binds the attribute anew
-        (``self.model = self.accelerator.unwrap_model(self.model)`` after training)."""
+        (``self.model = self.accelerator.unwrap_model(self.model)`` after training, or
+        ``self.model, self.opt = ...``, ``self.model: nn.Module = ...``, ``for self.model in
+        ...``, ``with ... as self.model``, ``del self.model``: `rebound_targets`)."""
         if not name.startswith("self."):
             return False
         function = self.placement.enclosing_function(call)
@@ -1063,8 +1066,7 @@ class ObjectFlow:
         if function is None or owner is None or function.name.value == "__init__":
             return False
         for node in walk(owner):
-            targets = assigned_targets(node) if isinstance(node, cst.Assign) else []
-            if any(dotted(t) == name for t in targets):
+            if any(dotted(t) == name for t in rebound_targets(node)):
                 where = self.placement.enclosing_function(node)
                 if where is None or where.name.value != "__init__":
                     return False

@@ -502,6 +502,28 @@ def is_print_alone(line: cst.CSTNode) -> bool:
     )
 
 
+def rebound_targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """What ``node`` binds anew, each element of an unpacking on its own (``self.a, self.b =
+    ...`` gives both): the targets of an assignment of any kind, a ``for``, a ``with ... as``
+    and a ``del``; none for another node."""
+    if isinstance(node, cst.Assign):
+        spelled: list[cst.BaseExpression] = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)):
+        spelled = [node.target]
+    elif isinstance(node, cst.With):
+        spelled = [item.asname.name for item in node.items if item.asname is not None]
+    else:
+        return []
+    found: list[cst.BaseExpression] = []
+    while spelled:
+        target = spelled.pop()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            spelled.extend(element.value for element in target.elements)
+        else:
+            found.append(target)
+    return found
+
+
 def unpacked_pairs(
     target: cst.BaseExpression, value: cst.BaseExpression
 ) -> list[tuple[cst.BaseExpression, cst.BaseExpression]] | None:
