@@ -23,13 +23,13 @@ _COMPREHENSIONS = (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp)
 
 
 def computes_without_grad(facts: Facts, node: cst.CSTNode) -> bool:
-    """``node`` (a comprehension or a lambda) runs with gradients off (inside ``with
-    torch.no_grad():`` or a function decorated so) and calls something on the batch it reads:
-    an evaluation whose forward may be a model the analysis does not know. A call into a
-    function of the file that runs a backward is a training step, not one."""
+    """``node`` (a comprehension or a lambda) calls something on the batch it reads with
+    gradients off (inside ``with torch.no_grad():`` or a function decorated so), or runs a copy
+    of a model (``ema = copy.deepcopy(model)``) on it: an evaluation whose forward is a model
+    the analysis does not know. A call into a function of the file that runs a backward is a
+    training step, not one."""
     model = facts.model
-    if not any(model.disables_grad(a) for a in model.ancestors(node)):
-        return False
+    grad_off = any(model.disables_grad(a) for a in model.ancestors(node))
     if isinstance(node, cst.Lambda):
         bound = {p.name.value for p in node.params.params}
         element: cst.CSTNode = node.body
@@ -48,8 +48,30 @@ def computes_without_grad(facts: Facts, node: cst.CSTNode) -> bool:
     return any(
         isinstance(n, cst.Name) and n.value in bound
         for call in calls
+        if grad_off or runs_a_model_copy(facts, call)
         for n in walk(call)
         if n is not call.func
+    )
+
+
+def runs_a_model_copy(facts: Facts, call: cst.Call) -> bool:
+    """``ema(x)`` / ``self.ema(x)`` where every assignment of that name in the file is
+    ``copy.deepcopy(<a model>)``: the copy runs as the model does."""
+    name = dotted(call.func)
+    if name is None:
+        return False
+    values = [
+        assignment.value
+        for assignment in facts.model.assignments
+        if isinstance(assignment, cst.Assign)
+        and any(dotted(t.target) == name for t in assignment.targets)
+    ]
+    return bool(values) and all(
+        isinstance(v, cst.Call)
+        and "copy.deepcopy" in facts.model.call_names(v)
+        and len(v.args) == 1
+        and facts.flow.is_model_name(dotted(v.args[0].value), v)
+        for v in values
     )
 
 
@@ -117,7 +139,9 @@ def _evaluates(facts: Facts, loop: cst.For | cst.While) -> bool:
     grad_off = any(model.disables_grad(a) for a in model.ancestors(loop)) or any(
         model.disables_grad(n) for n in walk(loop.body)
     )
-    return grad_off or any(facts.flow.is_forward(call) for call in calls)
+    return grad_off or any(
+        facts.flow.is_forward(call) or runs_a_model_copy(facts, call) for call in calls
+    )
 
 
 def _trains(facts: Facts, call: cst.Call) -> bool:

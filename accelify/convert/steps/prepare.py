@@ -19,7 +19,11 @@ from accelify.analysis.dataflow import (
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
-from accelify.analysis.inline_evaluations import computes_without_grad, drawn_evaluations
+from accelify.analysis.inline_evaluations import (
+    computes_without_grad,
+    drawn_evaluations,
+    runs_a_model_copy,
+)
 from accelify.analysis.loader_readers import loops_reading
 from accelify.analysis.loops import loop_source
 from accelify.analysis.model_setup import last_building_statement
@@ -267,7 +271,10 @@ def _keep_evaluated_loaders_whole(
             isinstance(n, cst.Call) and ctx.facts.flow.is_forward(n) for n in walk(inline[name])
         )
         where = "the forward inside it" if direct else "a function it calls runs the model"
-        if not any(isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(inline[name])):
+        calls = [n for n in walk(inline[name]) if isinstance(n, cst.Call)]
+        if any(runs_a_model_copy(ctx.facts, n) for n in calls):
+            where = "a copy of the model runs inside it"
+        elif not any(_runs_the_model(ctx, n) for n in calls):
             where = "gradients off, its batches run through a model the conversion does not know"
         spelled = "map()" if isinstance(inline[name], cst.Call) else "a comprehension"
         if isinstance(inline[name], (cst.For, cst.While)):
