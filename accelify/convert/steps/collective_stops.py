@@ -63,6 +63,8 @@ def _told_of_a_per_process_condition(ctx: Context, loop: cst.While) -> None:
         return
     if ctx.facts.collective_reach.where_the_ranks_meet(loop) is None:
         return
+    if id(loop) in ctx.left_whole and _drawn_batches_only(ctx, loop):
+        return  # ``while batch is not None:`` over a loader left whole: the same on every rank
     ctx.review_at(
         loop,
         "this loop's condition reads a value each rank computed for itself: a rank that "
@@ -71,6 +73,24 @@ def _told_of_a_per_process_condition(ctx: Context, loop: cst.While) -> None:
         "is set, then `if accelerator.check_trigger(): break` in the loop), or reduce the value "
         "first (accelerator.reduce(..., 'mean'))",
     )
+
+
+def _drawn_batches_only(ctx: Context, loop: cst.While) -> bool:
+    """Every name the loop's test reads is only ever bound to ``next(...)`` in its function: a
+    batch drawn from the iterator of the loader the loop evaluates."""
+    read = {n.value for n in walk(loop.test) if isinstance(n, cst.Name)} - {"None"}
+    scope = ctx.facts.placement.enclosing_function(loop) or ctx.model.module
+    for name in read:
+        values = [
+            node.value
+            for node in walk(scope)
+            if isinstance(node, cst.Assign) and any(dotted(t.target) == name for t in node.targets)
+        ]
+        if not values or not all(
+            isinstance(v, cst.Call) and dotted(v.func) == "next" for v in values
+        ):
+            return False
+    return bool(read)
 
 
 def _told_of_a_per_process_case(ctx: Context, case: cst.MatchCase) -> None:

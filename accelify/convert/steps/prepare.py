@@ -19,6 +19,11 @@ from accelify.analysis.dataflow import (
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
+from accelify.analysis.inline_evaluations import (
+    computes_without_grad,
+    drawn_evaluations,
+    runs_a_model_copy,
+)
 from accelify.analysis.loader_readers import loops_reading
 from accelify.analysis.loops import loop_source
 from accelify.analysis.model_setup import last_building_statement
@@ -267,11 +272,24 @@ def _keep_evaluated_loaders_whole(
             isinstance(n, cst.Call) and ctx.facts.flow.is_forward(n) for n in walk(inline[name])
         )
         where = "the forward inside it" if direct else "a function it calls runs the model"
+        calls = [n for n in walk(inline[name]) if isinstance(n, cst.Call)]
+        if any(runs_a_model_copy(ctx.facts, n) for n in calls):
+            where = "a copy of the model runs inside it"
+        elif not any(_runs_the_model(ctx, n) for n in calls):
+            where = "gradients off, its batches run through a model the conversion does not know"
         spelled = "map()" if isinstance(inline[name], cst.Call) else "a comprehension"
+        if isinstance(inline[name], (cst.For, cst.While)):
+            spelled = "a loop that draws its batches with next()"
+            ctx.left_whole.add(id(inline[name]))
+        fits = (
+            "the conversion gathers only in a for loop over the loader"
+            if isinstance(inline[name], (cst.For, cst.While))
+            else "no gather fits inside it"
+        )
         ctx.plan.review(
             ctx.line(inline[name]),
             f"{name} is evaluated in {spelled} ({where}): its totals "
-            "would cover one rank's shard, and no gather fits inside it; left unprepared, so "
+            f"would cover one rank's shard, and {fits}; left unprepared, so "
             "every rank evaluates all of it (correct, not sharded); write it as a for loop to "
             "shard it and gather the predictions",
         )
@@ -2485,7 +2503,9 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
     comprehension reads and runs a model over, by the name it was made under (followed back
     through the helpers' parameters), with the comprehension. The model may run in a function
     of the file the comprehension calls (``[eval_step(x, y) for x, y in val_loader]``), one
-    that does not train."""
+    that does not train, or be one the analysis does not know, under ``torch.no_grad()`` (an
+    EMA copy). A loop that draws a loader's batches with ``next()`` and evaluates counts too
+    (`inline_evaluations`): it maps to that loop."""
     flow = ctx.facts.flow
     found: dict[str, cst.CSTNode] = {}
     for node in ctx.facts.placement.all_nodes():
@@ -2499,7 +2519,9 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
             continue
         if not isinstance(node, _COMPREHENSIONS):
             continue
-        if not any(isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(node)):
+        if not any(
+            isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(node)
+        ) and not computes_without_grad(ctx.facts, node):
             continue
         for_in: cst.CompFor | None = node.for_in
         while for_in is not None:
@@ -2509,6 +2531,10 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
                     if origin is not None:
                         found.setdefault(origin, node)
             for_in = for_in.inner_for_in
+    for loader, call, loop in drawn_evaluations(ctx.facts):
+        for origin in flow.origins(loader, call):
+            if origin is not None:
+                found.setdefault(origin, loop)
     return found
 
 
@@ -2520,7 +2546,9 @@ def _maps_the_model(ctx: Context, call: cst.Call) -> bool:
         return False
     mapped = call.args[0].value
     if isinstance(mapped, cst.Lambda):
-        return any(isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(mapped))
+        return any(
+            isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(mapped)
+        ) or computes_without_grad(ctx.facts, mapped)
     function = _function_named(ctx, mapped, call)
     if function is None:
         return False
