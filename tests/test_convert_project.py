@@ -742,6 +742,26 @@ def test_an_engine_class_in_a_package_is_converted_with_the_driver_beside_the_pa
     assert "engine.accelerator.print(" in results["train.py"].converted.decode()
 
 
+def test_a_driver_indexing_the_engines_prepared_model_unwraps_it_through_the_engine(
+    tmp_path: Path,
+):
+    """``engine.model[0]`` in train.py after the engine prepared ``self.model``: the DDP wrapper
+    cannot be indexed (on 2 ranks: 'DistributedDataParallel' object is not subscriptable), and
+    the engine's accelerator is reachable there as ``engine.accelerator`` (the review line said
+    it was not)."""
+    project = tmp_path / "project"
+    shutil.copytree(ENGINE_CLASS, project)
+    train = project / "train.py"
+    text = train.read_text()
+    last = '    print("done")\n'
+    assert last in text
+    train.write_text(text.replace(last, "    print(engine.model[0].weight.shape)\n" + last))
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    converted = results["train.py"].converted.decode()
+    assert "engine.accelerator.unwrap_model(engine.model)[0].weight.shape" in converted
+    assert not any("not reachable" in r.text for r in results["train.py"].reviews)
+
+
 @pytest.mark.distributed
 def test_an_engine_class_and_its_driver_run_on_two_ranks_over_the_whole_set(tmp_path: Path):
     project, untouched = tmp_path / "project", tmp_path / "original"

@@ -149,7 +149,9 @@ def unwrap(model: cst.CSTNode, acc: str) -> Replace:
 #: runs as the wrapper's forward (DDP's own advice; PyTorch Lightning routes its
 #: ``training_step`` the same way). On one process, and under a wrapper that is the model itself
 #: (FSDP2), the method is called as it was. Plain PyTorch: it runs on accelify's runtime and on
-#: Hugging Face Accelerate alike.
+#: Hugging Face Accelerate alike. A forward the model's instance already holds (mixed precision's
+#: autocast wrapper, which both runtimes set there at prepare) is put back before the method
+#: runs, so its ``self(x)`` runs under autocast as on one process, and stays for later calls.
 THROUGH_FORWARD = '''\
 def {name}(accelerator, model, method, /, *args, **kwargs):
     """model.<method>(...) run as the forward of the prepared model: DDP averages the
@@ -157,16 +159,23 @@ def {name}(accelerator, model, method, /, *args, **kwargs):
     inner = accelerator.unwrap_model(model)
     if inner is model:
         return getattr(model, method)(*args, **kwargs)
+    own = inner.__dict__.get("forward")  # mixed precision's autocast forward, if set
+
+    def put_back():
+        if own is None:
+            inner.__dict__.pop("forward", None)
+        else:
+            inner.forward = own
 
     def forward(*args, **kwargs):
-        del inner.forward  # the method's own self(x) runs the model's forward
+        put_back()  # the method's own self(x) runs the model's forward
         return getattr(inner, method)(*args, **kwargs)
 
     inner.forward = forward
     try:
         return model(*args, **kwargs)
     finally:
-        inner.__dict__.pop("forward", None)
+        put_back()
 '''
 
 

@@ -632,6 +632,14 @@ _BUILTINS = frozenset(dir(builtins))
 
 
 def unwrap(ctx: Context, model: cst.BaseExpression, at: cst.CSTNode, text: str, **how) -> None:
-    """``model`` -> ``accelerator.unwrap_model(model)``."""
+    """``model`` -> ``accelerator.unwrap_model(model)``; outside the class that owns
+    ``self.accelerator``, through the instance the scope made (``engine.model[0]`` in the
+    driver that built ``engine``: ``engine.accelerator.unwrap_model(engine.model)[0]``)."""
+    acc = ctx.reachable_accelerator(at)
+    if acc is not None and acc != ctx.acc and acc.endswith(".accelerator"):
+        text = text.replace(ctx.a("unwrap_model"), f"{acc}.unwrap_model")
+        how = {**how, "anywhere": True}  # no accelerator of this scope is needed for it
+        ctx.plan.add(rewrites.unwrap(model, acc), line=ctx.line(at), text=text, **how)
+        return
     planned = ctx.plan.add(rewrites.unwrap(model, ctx.acc), line=ctx.line(at), text=text, **how)
     ctx.need(at, when=planned.in_effect)

@@ -14,7 +14,7 @@ import libcst as cst
 
 from accelify.analysis.idle_members import member_values
 from accelify.analysis.objects import methods_of
-from accelify.analysis.outside_forward import layers_outside_forward
+from accelify.analysis.outside_forward import OutsideForward, layers_outside_forward
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
@@ -23,17 +23,24 @@ from accelify.edits.kinds import InsertAfter, InsertBefore
 HELPER = "call_through_forward"
 
 
-def routed_calls(ctx: Context) -> list[cst.Call]:
-    """The training-step calls ``model.method(...)`` of a prepared model whose ``method`` is a
-    method of a module class of this file (not a layer ``__init__`` sets): each runs as the
-    wrapper's forward. Asked once prepare has chosen what it wraps (a frozen model is not)."""
-    found = layers_outside_forward(
+def outside_the_wrapper(ctx: Context) -> list[OutsideForward]:
+    """The training step's runs of a prepared model's layers outside its forward
+    (`layers_outside_forward`), models prepare left unwrapped (frozen) not asked about: what
+    this step routes through the wrapper and `unwrap.forwards_outside_the_wrapper` reviews."""
+    return layers_outside_forward(
         ctx.model,
         ctx.facts.placement,
         ctx.facts.flow,
         unprepared=ctx.frozen,
         imported=ctx.imported_layer_members,
     )
+
+
+def routed_calls(ctx: Context) -> list[cst.Call]:
+    """The training-step calls ``model.method(...)`` of a prepared model whose ``method`` is a
+    method of a module class of this file (not a layer ``__init__`` sets): each runs as the
+    wrapper's forward. Asked once prepare has chosen what it wraps (a frozen model is not)."""
+    found = outside_the_wrapper(ctx)
     return [entry.call for entry in found if entry.through is None and _a_method(ctx, entry.call)]
 
 

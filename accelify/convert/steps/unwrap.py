@@ -12,13 +12,13 @@ from accelify.analysis.objects import bound_arguments, callee, methods_of
 from accelify.analysis.outside_forward import (
     defined_by_a_module_class,
     in_training_step,
-    layers_outside_forward,
 )
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
 from accelify.convert.steps.devices import never_prepared
 from accelify.convert.steps.saved_states import gather_or_review, saved_state
+from accelify.convert.steps.through_forward import outside_the_wrapper
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
 
@@ -560,13 +560,7 @@ def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
     is left as it is: the review lines that say why, one at each such call. Asked after
     ``prepare`` chose what it wraps: a frozen model is not wrapped, and may run its layers
     anywhere."""
-    found = layers_outside_forward(
-        ctx.model,
-        ctx.facts.placement,
-        ctx.facts.flow,
-        unprepared=ctx.frozen,
-        imported=ctx.imported_layer_members,
-    )
+    found = outside_the_wrapper(ctx)
     reviews = []
     for entry in found:
         if entry.call in ctx.through_forward:
