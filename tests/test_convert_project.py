@@ -1097,6 +1097,38 @@ def test_a_subclass_elsewhere_that_calls_the_base_init_keeps_the_conversion(tmp_
     assert results["base.py"].prepared == ["self.model", "optimizer", "loader"]
 
 
+@pytest.mark.parametrize(
+    ("init", "bases"),
+    [
+        ("        Mixin.__init__(self)\n        self.model = None", "Mixin, Model"),
+        ("        if fresh:\n            super().__init__()\n        self.model = None", "Model"),
+    ],
+)
+def test_a_subclass_elsewhere_running_another_init_or_the_base_init_under_a_condition(
+    tmp_path: Path, init: str, bases: str
+):
+    """``Mixin.__init__(self)`` of ``class Small(Mixin, Model)`` runs the mixin's alone, and
+    ``if fresh: super().__init__()`` may not run: neither counts as running ``Model.__init__``
+    (both did, and the inherited ``train()`` raised AttributeError on ``self.accelerator``)."""
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    small = _SKIPS_THE_BASE_INIT.replace("        self.model = None", init)
+    small = small.replace(
+        "class Small(Model):\n    def __init__(self):",
+        (
+            f"class Mixin:\n    def __init__(self):\n        self.log = []\n\n\n"
+            f"class Small({bases}):\n    def __init__(self, fresh=False):"
+        ),
+    )
+    (project / "small.py").write_text(small, encoding="utf-8")
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    (review,) = results["base.py"].reviews
+    assert "Small.__init__ (small.py, line 12) does not run Model.__init__" in review.text
+    assert not results["base.py"].changed
+
+
 LOGGER = FIXTURES / "projects" / "logger_from_a_project_module"
 
 

@@ -71,7 +71,12 @@ def _part_of(expression: cst.BaseExpression, name: str) -> bool:
 
 def _builds_small(small: cst.BaseSmallStatement, name: str) -> bool:
     """``model.fc = nn.Linear(...)`` (a part replaced, not the model rebound) or
-    ``model.apply(init)`` / ``model.backbone.requires_grad_(False)``."""
+    ``model.apply(init)`` / ``model.backbone.requires_grad_(False)``; also a move of the model
+    between them (``model.to(device)``, ``model = model.cuda()``), which the conversion removes:
+    stopping there, the prepare went above the freeze and the new head, which DDP then never
+    registered (on 2 ranks the new head trained apart on each rank, silently)."""
+    if _moves(small, name):
+        return True
     if isinstance(small, cst.Assign):
         return all(
             isinstance(target.target, cst.Attribute) and _part_of(target.target, name)
@@ -85,6 +90,28 @@ def _builds_small(small: cst.BaseSmallStatement, name: str) -> bool:
             and (_part_of(func.value, name) or dotted(func.value) == name)
         )
     return False
+
+
+def _moves(small: cst.BaseSmallStatement, name: str) -> bool:
+    """``model.to(device)`` / ``model.cuda()``, or ``model = model.to(device)``."""
+    if isinstance(small, cst.Expr) or (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and dotted(small.targets[0].target) == name
+    ):
+        value = small.value
+    else:
+        return False
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _MOVES
+        and dotted(value.func.value) == name
+    )
+
+
+#: methods that move a model to a device and return it
+_MOVES = frozenset({"to", "cuda"})
 
 
 def _freezes_parameters(loop: cst.For, name: str) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from accelify.analysis.base_inits import calls_base_init, own_init
+from accelify.analysis.base_inits import base_init_run, own_init
 from accelify.analysis.project_modules import read
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.imported_helpers import importers
@@ -67,9 +67,11 @@ def _skipping_subclass(path: Path, owner: str) -> tuple[Path, str, int] | None:
             spelled = _names_for(module, file.stem, name)
             if not spelled:
                 continue
-            for cls in _subclasses(module, spelled):
+            subclasses = _subclasses(module, spelled)
+            leading = spelled | {c.name.value for c in subclasses}  # the way down to ``owner``
+            for cls in subclasses:
                 init = own_init(cls)
-                if init is not None and not calls_base_init(init, cls):
+                if init is not None and base_init_run(init, cls) not in leading:
                     return importer.resolve(), cls.name.value, _line(module, init)
                 todo.append((importer.resolve(), cls.name.value, depth + 1))
     return None

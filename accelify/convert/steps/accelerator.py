@@ -96,7 +96,8 @@ def skipped_init_review(subclass: str, owner: str, acc: str, where: str) -> str:
         f"left as it is: {subclass}.__init__{where} does not run {owner}.__init__, where the "
         f"conversion would create {acc}: a {subclass} would have none, and what it inherits "
         f"from {owner} would fail with AttributeError at its first use of it; call "
-        f"super().__init__() in {subclass}.__init__, then convert"
+        f"super().__init__() in {subclass}.__init__, outside any condition ({owner}.__init__("
+        "self, ...) where another base comes first), then convert"
     )
 
 

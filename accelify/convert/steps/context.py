@@ -126,6 +126,11 @@ class Context:
     #: loaders prepared where they are handed to a trainer's method, by the caller's name, and
     #: the attributes a method that prepares the loaders it receives keeps them under.
     prepared_arguments: set[str] = field(default_factory=set)
+    #: each method that prepares the loaders it receives, with its class, those loaders and
+    #: the attributes it keeps them under (`received_lengths` reviews what reads their len()).
+    received_preparations: list[tuple[cst.ClassDef, cst.FunctionDef, list[str], dict[str, str]]] = (
+        field(default_factory=list)
+    )
     #: of those, the loaders a caller rebinds prepared before a loop (``train_loader =
     #: trainer.accelerator.prepare(train_loader)``), with each statement the prepare precedes:
     #: a loop of that function that runs before it still reads the loader as made.

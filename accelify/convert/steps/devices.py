@@ -543,7 +543,26 @@ def handed_on_before_prepare(
             ctx, call, name
         ):
             return call
+        if name.startswith("self.") and _copies_in_a_method(ctx, call, name):
+            return call
     return None
+
+
+def _copies_in_a_method(ctx: Context, call: cst.Call, name: str) -> bool:
+    """``self.ema = self.make_ema()`` whose body returns ``copy.deepcopy(self.model)``: a
+    method of the class called there hands ``self.model`` to a call of its own, so the copy is
+    made from the model as it is at that line (on the CPU, the EMA's update then mixes devices
+    on a GPU). One level: the method's own calls, not those of what it calls."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and dotted(func.value) == "self"):
+        return False
+    target = ctx.model.call_graph.callee(call)
+    if target is None:
+        return False
+    return any(
+        isinstance(inner, cst.Call) and any(dotted(a.value) == name for a in inner.args)
+        for inner in walk(target[0].body)
+    )
 
 
 def _rebinds(ctx: Context, call: cst.Call, name: str) -> bool:

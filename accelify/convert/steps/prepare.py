@@ -55,7 +55,7 @@ from accelify.analysis.syntax import (
     walk,
 )
 from accelify.analysis.writing_helpers import BINDS, MUTATORS
-from accelify.convert.steps import handed_accelerator
+from accelify.convert.steps import handed_accelerator, received_lengths
 from accelify.convert.steps.context import Context, star_imported_from_the_project
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
 from accelify.edits.kinds import InsertBefore
@@ -225,6 +225,17 @@ def run(ctx: Context, scope: Scope) -> None:
             _review_received_loaders(ctx, scope)
         else:
             _prepare_received_loaders(ctx, scope, set(chosen))
+            for name, length in received_lengths.left_out(ctx, chosen).items():
+                chosen.pop(name)
+                created.pop(name, None)
+                shown = ctx.model.module.code_for_node(length)
+                ctx.plan.change(
+                    _binding_line(ctx, name, scope),
+                    f"{name} is sized by {shown}, a loader the class prepares as it receives "
+                    "it (one rank's shard): left unprepared, so it steps once per optimizer "
+                    "step over the shard's batches, as on one process (prepared, it would "
+                    "step N times per call and end its schedule N times too soon)",
+                )
     if not chosen or last_statement is None:
         return
     kept = _left_out_schedulers_reading_loaders(ctx, scope, chosen)
@@ -1834,6 +1845,7 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         # gathered, their training loop needs no review line).
         kept = attributes_kept(ctx.model, method)
         ctx.prepared_arguments.update(kept[n] for n in unprepared if n in kept)
+        ctx.received_preparations.append((owner, method, list(unprepared), kept))
         handed = ctx.model.given_parameters.get(method, {}) if not calls else {}
         sites = sorted({handed[n].where for n in unprepared if n in handed})
         ctx.plan.change(

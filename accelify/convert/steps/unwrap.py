@@ -13,7 +13,7 @@ from accelify.analysis.outside_forward import (
     defined_by_a_module_class,
     in_training_step,
 )
-from accelify.analysis.script_model import Kind
+from accelify.analysis.script_model import Kind, value_classifier
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
 from accelify.convert.steps.devices import never_prepared
@@ -412,8 +412,10 @@ def _attributes(ctx: Context) -> None:
             continue
         if not ctx.after_prepare(attribute, dotted(owner)):
             continue
-        if _is_binding_target(ctx, attribute) and not _set_on_the_wrapper(owner):
-            continue
+        if _is_binding_target(ctx, attribute):
+            if not _set_on_the_wrapper(owner):
+                continue
+            _review_new_module(ctx, owner, attribute)
         state = saved_state(ctx, attribute) if member == "state_dict" else None
         if state is not None and gather_or_review(ctx, owner, state):
             continue  # ``accelerator.get_state_dict(model)``
@@ -591,6 +593,30 @@ def _set_on_the_wrapper(owner: cst.BaseExpression) -> bool:
     write goes through ``unwrap_model`` as a read does. Not ``self.x = ...`` in the model's own
     class (``self`` there is the model, never the wrapper)."""
     return dotted(owner) != "self"
+
+
+def _review_new_module(ctx: Context, owner: cst.BaseExpression, attribute: cst.Attribute) -> None:
+    """``model.fc = nn.Linear(8, 2)`` after ``model`` is prepared (a head swapped for
+    fine-tuning): set through ``unwrap_model`` it reaches the model, but DDP registered the
+    parameters at prepare, so the new part's gradients are never averaged across ranks, and
+    the part it replaced, still registered, gets none: on 2 ranks the next backward stopped
+    with 'Expected to have finished reduction in the prior iteration'. Said in a review line
+    (the conversion does not move the prepare)."""
+    target = ctx.model.parent(attribute)
+    assign = ctx.model.parent(target) if isinstance(target, cst.AssignTarget) else None
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+        return
+    written = dotted(attribute)
+    if value_classifier(ctx.model)(assign.value, written or "") is not Kind.MODEL:
+        return
+    ctx.plan.review(
+        ctx.line(assign),
+        f"{written} is given a new module after {dotted(owner)} is prepared: the wrapper "
+        "registered the parameters at prepare, so the new module's gradients are never "
+        "averaged across ranks (and a replaced part that still needs a gradient stops DDP at "
+        "the next step: 'Expected to have finished reduction'); build it before the prepare, "
+        f"or prepare {dotted(owner)} (and its optimizer) again after it",
+    )
 
 
 def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:
