@@ -43,7 +43,7 @@ from accelify.analysis.project_modules import (
     split_member,
     top_level_names,
 )
-from accelify.analysis.syntax import dotted, has_parameter, walk
+from accelify.analysis.syntax import dotted, has_parameter, rebound_targets, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.imported_returns import Returned
@@ -662,7 +662,7 @@ def _prepared_holding(caller: ScriptModel, call: cst.Call, value: cst.BaseExpres
     preparing = {id(p.call) for p in stores}
     for node in walk(scope):
         if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del, cst.For)):
-            for target in _stored(node):
+            for target in rebound_targets(node):
                 if output_name(caller, target) == spelled and not (
                     isinstance(node, cst.Assign) and id(node.value) in preparing
                 ):
@@ -672,24 +672,6 @@ def _prepared_holding(caller: ScriptModel, call: cst.Call, value: cst.BaseExpres
     if isinstance(value, cst.Subscript) and mutated_keys(container, scope) is None:
         return None  # ``loaders[split] = ...``, ``loaders.update(...)``: any key may change
     return spelled
-
-
-def _stored(node: cst.CSTNode) -> list[cst.BaseExpression]:
-    """What a statement stores into or deletes, tuples and lists taken apart."""
-    if isinstance(node, cst.Assign):
-        targets = [t.target for t in node.targets]
-    elif isinstance(node, (cst.Del, cst.AugAssign, cst.AnnAssign, cst.For)):
-        targets = [node.target]
-    else:
-        return []
-    found: list[cst.BaseExpression] = []
-    while targets:
-        target = targets.pop()
-        if isinstance(target, (cst.Tuple, cst.List)):
-            targets += [e.value for e in target.elements]
-        else:
-            found.append(target)
-    return found
 
 
 def _constructed_kind(caller: ScriptModel, name: str) -> Kind | None:
