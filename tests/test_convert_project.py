@@ -703,6 +703,7 @@ def test_an_engine_class_handed_the_model_is_converted_with_its_driver(tmp_path:
     assert told.startswith("converted with train.py, which builds what this file trains")
     driven = train.converted.decode()
     assert "engine.accelerator.print(" in driven
+    assert "from accelify import" not in driven  # the engine's Accelerator: not read here
     # the loaders come from data.py's dict (``make_loaders(cfg) -> dict[str, DataLoader]``):
     # each prepared through the engine's accelerator once, before the loop that hands them on,
     # the evaluation over the val loader gathered
@@ -1555,6 +1556,8 @@ def test_a_driver_and_an_engine_whose_subclass_trains_through_its_base_convert_t
     trainer, train = results["trainer.py"], results["train.py"]
     assert trainer.changed and train.changed
     driver = train.converted.decode()
+    assert "from accelify import PartialState\n" in driver  # not the engine's Accelerator
+    assert "from accelify import Accelerator\n" in trainer.converted.decode()  # nor PartialState
     assert "wait_for_everyone()\n    model.load_state_dict(torch.load(" in driver
     assert "trainer.evaluate(\n        trainer.accelerator.prepare(test_loader)\n    )" in driver
 

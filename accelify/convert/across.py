@@ -255,6 +255,7 @@ def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
         return None  # the converted driver would read a name only the engine's module binds
     if new_driver is None:
         return None
+    new_driver = _without_unread_imports(new_driver, added)
     lines = _Lines(offset, pair.driver.name, pair.engine.name)
     d_changes = [lines.driver(n) for n in result.changes if n.line <= offset]
     d_reviews = [lines.driver(n) for n in result.reviews if n.line <= offset]
@@ -265,6 +266,41 @@ def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
         (new_engine.encode(), e_changes, e_reviews),
         _creates_accelerator(cst.parse_module(new_engine)),
     )
+
+
+def _without_unread_imports(code: str, added: list[cst.BaseStatement]) -> str:
+    """A file of the pair without the names of the added import lines it never reads: the
+    combined script's ``from accelify import Accelerator, PartialState`` serves both parts
+    (an engine class creates the Accelerator, the driver prints through PartialState); each
+    file keeps the names it reads, not an unused import (ruff's F401 in the converted file)."""
+    module = cst.parse_module(code)
+    lines = {cst.Module([]).code_for_node(s).strip() for s in added}
+    read = {
+        n.value
+        for s in module.body
+        if not _is_import(s)
+        for n in walk(s)
+        if isinstance(n, cst.Name)
+    }
+    body: list[cst.BaseStatement] = []
+    for statement in module.body:
+        small = statement.body[0] if _is_import(statement) else None  # type: ignore[attr-defined]
+        if (
+            not isinstance(small, cst.ImportFrom)
+            or isinstance(small.names, cst.ImportStar)
+            or module.code_for_node(statement).strip() not in lines
+        ):
+            body.append(statement)
+            continue
+        kept = [a for a in small.names if (dotted(a.asname.name if a.asname else a.name)) in read]
+        if len(kept) == len(small.names):
+            body.append(statement)
+        elif kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            body.append(
+                statement.with_changes(body=[small.with_changes(names=kept)])  # type: ignore[call-arg]
+            )
+    return module.with_changes(body=body).code
 
 
 def _creates_accelerator(module: cst.Module) -> bool:
@@ -520,7 +556,7 @@ def _engine_back(
         }
         if names & used:
             module = _add_import(module, converted.code_for_node(line).strip(), path)
-    return module.code
+    return _without_unread_imports(module.code, added)
 
 
 def _names_in(statements: Sequence[cst.BaseStatement]) -> set[str]:
