@@ -129,6 +129,14 @@ def _convert(original: Path) -> str:
     from accelify.convert.conversion import convert_source
 
     conversion = convert_source(original.read_bytes(), original)
+    if conversion.skipped and "of another module" in conversion.skipped:
+        # converted alone it is left: the folder's conversion converts it with that module
+        raise UserError(
+            f"nothing to verify: {conversion.skipped}; convert a copy of its folder "
+            "(`accelify convert COPY --write`) and verify the two: "
+            f"`accelify verify {original} COPY/{original.name}`",
+            str(original),
+        )
     if conversion.skipped:
         raise UserError(f"nothing to verify: {conversion.skipped}", str(original))
     return conversion.converted.decode("utf-8")
