@@ -159,13 +159,14 @@ def _converted_together(
             return None  # the driver's own conversion would not pair them: both as today
         pair = across.Pair(driver, file, project_modules.read(driver), data)
     else:
-        elsewhere = project.trained_elsewhere(path, model)
-        engine = across.pair_of_driver(file, {e.module.resolve() for e in elsewhere})
+        engine = _engine_of(file, model)
         if engine is None or str(engine) not in options.converted_with:
             return None
         pair = across.Pair(file, engine, data, project_modules.read(engine))
-    if _converts_on_its_own(pair.engine, pair.engine_data, options):
-        return None
+    # the engine's own conversion, where it prepares by itself: this file's, for the engine
+    alone = _conversion_on_its_own(path if file == pair.engine else pair.engine, pair, options)
+    if alone is not None:
+        return alone if file == pair.engine else None
     split = across.combine_and_split(
         pair, lambda source, where: convert_source(source, where, options, together=False)
     )
@@ -208,21 +209,30 @@ def _engine_of_driver(driver: Path) -> Path | None:
     model = analyze(module)
     if model.trains or model.uses_accelerator:
         return None
+    return _engine_of(driver, model)
+
+
+def _engine_of(driver: Path, model: ScriptModel) -> Path | None:
+    """The one engine module ``driver`` (resolved; ``model``: its analysis, a file with no
+    backward of its own) trains through, as `across.pair_of_driver` pairs them."""
     elsewhere = project.trained_elsewhere(driver, model)
     return across.pair_of_driver(driver, {e.module.resolve() for e in elsewhere})
 
 
-def _converts_on_its_own(engine: Path, data: bytes, options: Options) -> bool:
-    """An engine module with a class whose own conversion prepares what it trains (a trainer
-    class that builds its model, optimizer and loaders): converted on its own, its driver
-    reaching ``trainer.accelerator``, as a module of functions never is."""
+def _conversion_on_its_own(label: Path, pair: across.Pair, options: Options) -> Conversion | None:
+    """The engine's conversion on its own (under ``label``), where the engine holds a class
+    whose own conversion prepares what it trains (a trainer class that builds its model,
+    optimizer and loaders): converted alone, its driver reaching ``trainer.accelerator``, as
+    a module of functions never is; None otherwise (the pair is converted as one). The
+    engine's run returns it as its conversion: what it would compute next anyway."""
     try:
-        module = parse(data, str(engine))
+        module = parse(pair.engine_data, str(label))
     except UserError:
-        return False
+        return None
     if not any(isinstance(s, cst.ClassDef) for s in module.body):
-        return False
-    return bool(convert_source(data, engine, options, together=False).prepared)
+        return None
+    alone = convert_source(pair.engine_data, label, options, together=False)
+    return alone if alone.prepared else None
 
 
 def _unpaired(
