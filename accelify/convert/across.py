@@ -26,7 +26,7 @@ from typing import Any
 
 import libcst as cst
 
-from accelify.analysis.project_modules import IMPORTED, module_file, read, resolved
+from accelify.analysis.project_modules import IMPORTED, module_file, package_root, read, resolved
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.edits.plan import Note
 from accelify.errors import UserError
@@ -163,10 +163,13 @@ def importers_of(engine: Path) -> list[Path]:
 
 
 def _folders_importing(engine: Path) -> list[Path]:
-    folders = [engine.parent]
-    while (folders[-1] / "__init__.py").is_file() and folders[-1].parent != folders[-1]:
-        folders.append(folders[-1].parent)
-    return folders
+    """The engine's folder and, in a package, each folder above it up to the package root."""
+    folder = engine.parent.absolute()
+    root = package_root(folder)
+    if root is None:
+        return [folder]
+    parents = list(folder.parents)
+    return [folder, *parents[: parents.index(root) + 1]]
 
 
 def _names_module(data: bytes, match, stem: str) -> bool:  # type: ignore[no-untyped-def]
