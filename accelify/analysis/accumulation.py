@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.dataflow import is_binding
 from accelify.analysis.script_model import Kind, Loop, ScriptModel, own_method
 from accelify.analysis.syntax import (
@@ -178,11 +179,18 @@ def _last_batch_test(loop: Loop, facts: Facts) -> str:
 
 
 def _enumerated(loop: cst.For, model: ScriptModel) -> str | None:
-    """``loaders["train"]`` of ``for step, batch in enumerate(loaders["train"])``, as written."""
+    """``loaders["train"]`` of ``for step, batch in enumerate(loaders["train"])``, as written,
+    also inside a progress bar (``enumerate(tqdm(loader, desc=...))``: ``loader``, whose
+    ``len()`` is the bar's; a ``len()`` of the bar written in advice would draw a second bar)."""
     call = loop.iter
-    if isinstance(call, cst.Call) and dotted(call.func) == "enumerate" and call.args:
-        return model.module.code_for_node(call.args[0].value)
-    return None
+    if not (isinstance(call, cst.Call) and dotted(call.func) == "enumerate" and call.args):
+        return None
+    loader = call.args[0].value
+    while (
+        isinstance(loader, cst.Call) and loader.args and model.qualified(loader.func) & names.TQDM
+    ):
+        loader = loader.args[0].value
+    return model.module.code_for_node(loader)
 
 
 def _loop_counter(
