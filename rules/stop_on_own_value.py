@@ -192,6 +192,29 @@ _CALLBACK_STOP = (
 )
 
 
+#: Each sample cut to a clip at its own random start, every clip ``{{cut}}`` long, where ``clip``
+#: is ``{{shortest}}``'s length; then clips too short for the encoder are skipped (StyleTTS2's
+#: ``train_first.py``, whose clip length is the shortest sample over the ranks, gathered).
+_CLIPS = (
+    HEADER
+    + "import numpy as np\nimport torch\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "for mels, lengths in loader:\n"
+    + "    shortest = {shortest}.min().item()\n"
+    + "    clip = min(int(shortest / 2 - 1), 100)\n"
+    + "    clips = []\n"
+    + "    for i in range(len(lengths)):\n"
+    + "        start = np.random.randint(0, int(lengths[i].item() / 2) - clip)\n"
+    + "        clips.append(mels[i, :, {cut}])\n"
+    + "    clips = torch.stack(clips).detach()\n"
+    + "    if clips.shape[-1] < 80:\n"
+    + "        continue\n"
+    + "    accelerator.backward(model(clips).mean())\n"
+    + "    optimizer.step()\n"
+    + "    optimizer.zero_grad()\n"
+)
+
+
 #: A training loss folded on the main process alone, then tested by every rank; ``{use}``
 #: below the loop over batches.
 _FOLDED_ON_MAIN = (
@@ -400,6 +423,14 @@ class StopOnOwnValue(Rule):
         "backward's all-reduce."
     )
     bad = (
+        # clips cut to the length of this rank's shortest sample: each rank skips on its own
+        Example(_CLIPS.format(shortest="lengths", cut="start * 2:(start + clip) * 2"), 15, 9),
+        # ... or to the agreed length, but grown with the rank's own random start
+        Example(
+            _CLIPS.format(shortest="accelerator.gather(lengths)", cut="start:start * 2 + clip"),
+            15,
+            9,
+        ),
         # a training loss folded on the main process alone and tested by every rank: the
         # others keep 0.0 and break at the second epoch, the main process goes on
         Example(
@@ -654,6 +685,9 @@ class StopOnOwnValue(Rule):
         Example(_UNPACKED_STOP.format(tested="hit_rate"), 35, 21),
     )
     good = (
+        # clips of the shortest sample's length over every rank (gathered), each cut at its own
+        # random start: their length is the same on every rank, and so is the skip
+        _CLIPS.format(shortest="accelerator.gather(lengths)", cut="start * 2:(start + clip) * 2"),
         # the counter held on ``self.state`` stepped on the validation loss reduced over ranks
         _HELD_COUNTER.format(
             fold="        total = accelerator.reduce(torch.tensor(total), 'mean').item()\n"
