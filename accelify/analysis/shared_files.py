@@ -559,9 +559,12 @@ class SharedFiles:
 
     def _writes_same_file(self, call: cst.Call, path: cst.BaseExpression) -> bool:
         """``call`` writes ``path`` again (``torch.save(sd, path)`` in the ``else`` of the
-        ``save_file(sd, path)`` that writes the ``.safetensors`` form): another write of the
-        file, not a read of it."""
+        ``save_file(sd, path)`` that writes the ``.safetensors`` form), or opens it for writing
+        (``with open(path, "w") as f`` of the epoch's branch below the step's): another write of
+        the file, not a read of it."""
         written = _path(self.model, call, WRITERS, WRITING_METHODS)
+        if written is None and side_effects.opens_for_writing(call) and call.args:
+            written = call.args[0].value
         return written is not None and self._same_file(path, written)
 
     def written_per_process(self, write: cst.Call) -> PerProcessPath | None:
