@@ -32,6 +32,7 @@ from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.split_shares import named_from_share
 from accelify.analysis.syntax import all_params, argument_value, dotted, target_names, walk
 
 #: Where a path comes from when it is another file on every process: always (a temporary
@@ -615,6 +616,15 @@ class SharedFiles:
         )
         found = self.per_process(path) if path is not None else None
         return found is not None and not found.clock
+
+    def named_from_share(self, write: cst.Call) -> bool:
+        """The path ``write`` writes (or ``open(path, "w")`` opens) is named from this rank's
+        share of a ``split_between_processes`` block around it (`split_shares`): each rank
+        writes the files of its own items."""
+        path = _path(self.model, write, WRITERS, WRITING_METHODS) or _path(
+            self.model, write, _OPENERS, {}
+        )
+        return path is not None and named_from_share(self.model, path)
 
     def unique_per_process_path(self, opened: cst.Call) -> bool:
         """``open(path, "w")`` of a path that is another file on every process."""

@@ -14,7 +14,6 @@ from accelify.analysis import names
 from accelify.analysis.loops import first_enumerate_name
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.split_shares import named_from_share
 from accelify.analysis.syntax import argument_value, dotted, target_names, walk
 
 
@@ -234,11 +233,8 @@ def per_rank_path(model: ScriptModel, call: cst.Call) -> bool:
     Also through a local name (``process_idx = accelerator.process_index`` then
     ``plt.savefig(f"image_{process_idx}.png")``): named from the rank, each rank's file is its
     own. So is a file the kernel keeps per process (``open("/proc/self/clear_refs", "w")``) or a
-    device (``/dev/null``): no rank's write reaches another's (``/dev/shm`` is shared). And a
-    path named from this rank's share of ``split_between_processes`` (`split_shares`)."""
+    device (``/dev/null``): no rank's write reaches another's (``/dev/shm`` is shared)."""
     if call.args and _names_a_process_own_file(call.args[0].value):
-        return True
-    if call.args and named_from_share(model, call.args[0].value):
         return True
     for argument in call.args:
         for node in walk(argument.value):
