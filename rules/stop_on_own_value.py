@@ -192,6 +192,48 @@ _CALLBACK_STOP = (
 )
 
 
+#: Each sample cut to a clip at its own random start, every clip ``{{cut}}`` long, where ``clip``
+#: is ``{{shortest}}``'s length; then clips too short for the encoder are skipped (StyleTTS2's
+#: ``train_first.py``, whose clip length is the shortest sample over the ranks, gathered).
+_CLIPS = (
+    HEADER
+    + "import numpy as np\nimport torch\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "for mels, lengths in loader:\n"
+    + "    shortest = {shortest}.min().item()\n"
+    + "    clip = min(int(shortest / 2 - 1), 100)\n"
+    + "    clips = []\n"
+    + "    for i in range(len(lengths)):\n"
+    + "        start = np.random.randint(0, int(lengths[i].item() / 2) - clip)\n"
+    + "        clips.append(mels[i, :, {cut}])\n"
+    + "    clips = torch.stack(clips).detach()\n"
+    + "    if clips.shape[-1] < 80:\n"
+    + "        continue\n"
+    + "    accelerator.backward(model(clips).mean())\n"
+    + "    optimizer.step()\n"
+    + "    optimizer.zero_grad()\n"
+)
+
+
+#: A loop class whose per-batch step returns before the backward when ``{{nan}}`` says the loss
+#: is NaN (gravitorch's ``AccelerateTrainingLoop._train_one_batch``; its loop over the prepared
+#: loader is a base class's, out of sight).
+_NAN_STEP = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Loop:\n"
+    "    def __init__(self):\n"
+    "        self.accelerator = Accelerator()\n\n"
+    "    def train_one_batch(self, model, optimizer, batch):\n"
+    "        optimizer.zero_grad()\n"
+    "        loss = model(batch)['loss']\n"
+    "        if {nan}:\n"
+    "            return None\n"
+    "        self.accelerator.backward(loss)\n"
+    "        optimizer.step()\n"
+    "        return loss\n"
+)
+
+
 #: A training loss folded on the main process alone, then tested by every rank; ``{use}``
 #: below the loop over batches.
 _FOLDED_ON_MAIN = (
@@ -400,6 +442,16 @@ class StopOnOwnValue(Rule):
         "backward's all-reduce."
     )
     bad = (
+        # a step that returns before the backward on this rank's own NaN loss
+        Example(_NAN_STEP.format(nan="torch.isnan(loss)"), 13, 13),
+        # clips cut to the length of this rank's shortest sample: each rank skips on its own
+        Example(_CLIPS.format(shortest="lengths", cut="start * 2:(start + clip) * 2"), 15, 9),
+        # ... or to the agreed length, but grown with the rank's own random start
+        Example(
+            _CLIPS.format(shortest="accelerator.gather(lengths)", cut="start:start * 2 + clip"),
+            15,
+            9,
+        ),
         # a training loss folded on the main process alone and tested by every rank: the
         # others keep 0.0 and break at the second epoch, the main process goes on
         Example(
@@ -654,6 +706,13 @@ class StopOnOwnValue(Rule):
         Example(_UNPACKED_STOP.format(tested="hit_rate"), 35, 21),
     )
     good = (
+        # ... the NaN flag gathered first: every rank returns, or none does
+        _NAN_STEP.format(nan="self.accelerator.gather(torch.isnan(loss)).any()"),
+        # ... or a test of the output's structure, the same on every rank
+        _NAN_STEP.format(nan="loss is None"),
+        # clips of the shortest sample's length over every rank (gathered), each cut at its own
+        # random start: their length is the same on every rank, and so is the skip
+        _CLIPS.format(shortest="accelerator.gather(lengths)", cut="start * 2:(start + clip) * 2"),
         # the counter held on ``self.state`` stepped on the validation loss reduced over ranks
         _HELD_COUNTER.format(
             fold="        total = accelerator.reduce(torch.tensor(total), 'mean').item()\n"
@@ -918,6 +977,53 @@ class StopOnOwnValue(Rule):
                 ),
             )
         yield from self._collective_on_own_value(script, facts, losses)
+        yield from self._return_before_backward(script, facts, losses)
+
+    def _return_before_backward(
+        self, script: ScriptModel, facts: Facts, losses: list[Backward]
+    ) -> Iterator[Finding]:
+        """``if torch.isnan(loss): return output`` above ``accelerator.backward(loss)`` in the
+        step that trains one batch (gravitorch's ``AccelerateTrainingLoop._train_one_batch``):
+        the loss is this rank's own, so a rank whose batch gives NaN returns alone while the
+        others wait in the backward's all-reduce (hang). Reported at the ``return``; a test of
+        what every rank agrees on (a gathered flag) decides alike."""
+        for backward in losses:
+            function = facts.placement.enclosing_function(backward.call)
+            if function is None:
+                continue
+            loss_names = variables_in(script, backward.loss)
+            for node in script.index.of_type(cst.Return):
+                if (
+                    facts.placement.enclosing_function(node) is not function
+                    or script.order(node) >= script.order(backward.call)
+                    or script.under_rank_guard(node)
+                    or _loop_between(script, node, function)
+                ):
+                    continue
+                test = _test_around(script, node, function)
+                if test is None or facts.ranks.is_rank_test(test.test):
+                    continue
+                if _inside(script, backward.call, test):
+                    continue  # the backward is in the test's own branches
+                read = read_outside_agreement(script, test.test)
+                read -= structure_only_names(test.test, model_outputs(script, read, test))
+                own = sorted(n for n in read & loss_names if not _agreed_before(script, n, test))
+                if not own:
+                    continue
+                accelerator = accelerator_name(script, backward.call)
+                yield self.finding(
+                    script,
+                    node,
+                    message=(
+                        f"Skip the backward on every rank together: the test at line "
+                        f"{script.line(test)} reads {own[0]}, this rank's own loss, so this "
+                        f"rank alone returns here while the others go on to the backward at "
+                        f"line {script.line(backward.call)} and wait in its all-reduce for it "
+                        f"(hang); test what every rank agrees on instead (`if "
+                        f"{accelerator}.gather(torch.isnan({own[0]})).any():`), so all of them "
+                        "return"
+                    ),
+                )
 
     def _collective_on_own_value(
         self, script: ScriptModel, facts: Facts, losses: list[Backward]
@@ -1185,6 +1291,23 @@ def _rank_guard_around(script: ScriptModel, node: cst.CSTNode) -> cst.If | None:
             return ancestor
         child = ancestor
     return None
+
+
+def _loop_between(script: ScriptModel, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+    """A loop of ``function`` holds ``node``: its ``return`` leaves that loop too, but the test
+    around it may be the loop's own (each rank's items), judged by the loop's stops."""
+    for ancestor in script.ancestors(node):
+        if ancestor is function:
+            return False
+        if isinstance(ancestor, cst.For | cst.While):
+            return True
+    return False
+
+
+def _agreed_before(script: ScriptModel, name: str, test: cst.If) -> bool:
+    """``name``'s last binding above the test holds what a collective made alike."""
+    binding = last_binding(script, name, test)
+    return getattr(binding, "value", None) is not None and agrees(script, binding.value)
 
 
 def _test_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> cst.If | None:

@@ -69,6 +69,15 @@ def test_a_loader_another_module_built_is_handed_prepared_all_the_same():
     assert "loader a prepared dataloader" in messages[("engine.py", 22, "ACC403")]
 
 
+def test_a_second_write_of_the_same_file_is_no_read_back_that_needs_a_barrier():
+    """The step's branch and the epoch's each open ``out + "/state.json"`` for writing: the
+    epoch's open writes the file, so the advice for the step's write asks for no barrier
+    before it (ChartReformer's train_new.py was told it "reads it back on every rank")."""
+    messages = reported(PROJECTS / "state_file_written_in_two_branches")
+    assert "reads it back" not in messages[("train.py", 29, "ACC201")]
+    assert "wait_for_everyone" not in messages[("train.py", 29, "ACC201")]
+
+
 def test_what_is_left_after_a_fix_still_names_the_callers(tmp_path: Path):
     """``--fix`` lints the fixed file again: the findings left come from the same callers, and
     their messages name them as a run without ``--fix`` does."""

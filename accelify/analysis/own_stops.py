@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import libcst as cst
 
+from accelify.analysis.agreed_extents import agreed_size_names
 from accelify.analysis.collectives import agrees_across_ranks, read_outside_agreement
 from accelify.analysis.dataflow import statements
 from accelify.analysis.facts import Facts
@@ -62,6 +63,14 @@ def decided_on_own_shard(
     read_as_is = read_outside_agreement(script, test.test)  # not ``val_loss`` of ``reduce(...)``
     # ``'loss' not in out``: the output's structure, the same on every rank
     read_as_is -= structure_only_names(test.test, model_outputs(script, read_as_is, test))
+    # ``gt.shape[-1]`` of clips cut to a length every rank agrees on (a fresh trace for each
+    # name: a trace remembers what it has followed)
+    read_as_is -= agreed_size_names(
+        script,
+        test.test,
+        test,
+        lambda name, _: OwnValues(facts, view).origin(name, name, {}) is not None,
+    )
     pending = [
         n
         for n in [*names_read(script, test.test), *_held_members(test.test)]

@@ -61,8 +61,12 @@ def repeated_effects(
     reported_opens: set[int] = set()  # one finding per file a handle was opened on
     for write in side_effects.writes(model, placement, with_torch_save=True):
         call = write.call
-        if side_effects.per_rank_path(model, call) or files.unique_per_process(call):
-            continue  # a temporary directory, a pid: each rank its own file
+        if (
+            side_effects.per_rank_path(model, call)
+            or files.unique_per_process(call)
+            or files.named_from_share(call)
+        ):
+            continue  # a temporary directory, a pid, an item of its share: each rank its own file
         effects = judge.effects(call)
         opened = side_effects.opened_for_writing(model, call)
         if effects and opened is not None:
@@ -75,7 +79,11 @@ def repeated_effects(
             continue
         if model.call_names(call) & names.FILE_WRITERS:
             continue  # judged above, as the writer it is
-        if side_effects.per_rank_path(model, opened) or files.unique_per_process_path(opened):
+        if (
+            side_effects.per_rank_path(model, opened)
+            or files.unique_per_process_path(opened)
+            or files.named_from_share(opened)
+        ):
             continue
         if not guards.entered_by_all(opened, within=placement.enclosing_function(opened)):
             continue  # opened on some ranks only: the others have no file to write

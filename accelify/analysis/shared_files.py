@@ -32,6 +32,7 @@ from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.split_shares import named_from_share
 from accelify.analysis.syntax import all_params, argument_value, dotted, target_names, walk
 
 #: Where a path comes from when it is another file on every process: always (a temporary
@@ -559,9 +560,12 @@ class SharedFiles:
 
     def _writes_same_file(self, call: cst.Call, path: cst.BaseExpression) -> bool:
         """``call`` writes ``path`` again (``torch.save(sd, path)`` in the ``else`` of the
-        ``save_file(sd, path)`` that writes the ``.safetensors`` form): another write of the
-        file, not a read of it."""
+        ``save_file(sd, path)`` that writes the ``.safetensors`` form), or opens it for writing
+        (``with open(path, "w") as f`` of the epoch's branch below the step's): another write of
+        the file, not a read of it."""
         written = _path(self.model, call, WRITERS, WRITING_METHODS)
+        if written is None and side_effects.opens_for_writing(call) and call.args:
+            written = call.args[0].value
         return written is not None and self._same_file(path, written)
 
     def written_per_process(self, write: cst.Call) -> PerProcessPath | None:
@@ -612,6 +616,15 @@ class SharedFiles:
         )
         found = self.per_process(path) if path is not None else None
         return found is not None and not found.clock
+
+    def named_from_share(self, write: cst.Call) -> bool:
+        """The path ``write`` writes (or ``open(path, "w")`` opens) is named from this rank's
+        share of a ``split_between_processes`` block around it (`split_shares`): each rank
+        writes the files of its own items."""
+        path = _path(self.model, write, WRITERS, WRITING_METHODS) or _path(
+            self.model, write, _OPENERS, {}
+        )
+        return path is not None and named_from_share(self.model, path)
 
     def unique_per_process_path(self, opened: cst.Call) -> bool:
         """``open(path, "w")`` of a path that is another file on every process."""
