@@ -71,3 +71,33 @@ def test_workers_inherit_the_analysis_only_where_a_file_needs_it(
     forks = multiprocessing.get_all_start_methods()[0] == "fork"  # the platform's default
     expected = "True True" if loaded and forks else "False False"
     assert done.stdout.split() == expected.split()
+
+
+def test_git_is_started_only_where_it_could_find_a_repository(tmp_path: Path, monkeypatch):
+    """`_git_files` outside any repository answers None without starting git, as git itself
+    answers there; in a repository's subfolder (a ``.git`` folder above, or a worktree's
+    ``.git`` file) git is asked and ``.gitignore`` holds."""
+    from accelify.lint import cli
+
+    plain = tmp_path / "plain" / "sub"
+    plain.mkdir(parents=True)
+    if cli._git(plain, "rev-parse", "--git-dir").returncode == 0:
+        pytest.skip("the temporary folder is inside a git repository")
+    repository = tmp_path / "repository"
+    (repository / "src").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=repository, check=True)
+    (repository / ".gitignore").write_text("ignored.py\n")
+    for name in ("kept.py", "ignored.py"):
+        (repository / "src" / name).write_text("x = 1\n")
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    (worktree / ".git").write_text("gitdir: /nowhere\n")
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    assert not cli._maybe_in_repository(plain)
+    assert cli._maybe_in_repository(repository / "src") and cli._maybe_in_repository(worktree)
+    started = []
+    real_git = cli._git
+    monkeypatch.setattr(cli, "_git", lambda *args: started.append(args) or real_git(*args))
+    assert cli._git_files(plain) is None and not started
+    assert cli._git_files(repository / "src") == [repository / "src" / "kept.py"]
+    assert started
