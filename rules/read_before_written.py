@@ -161,12 +161,17 @@ _MODEL_SAVED = (
 
 class ReadBeforeWritten(Rule):
     """A file written on the main process only (under ``if accelerator.is_main_process:`` or
-    ``is_local_main_process``, by ``accelerator.save``, which writes there whoever calls it, or
-    by ``save_pretrained(..., is_main_process=...)``) and read below it, in the same function,
-    by every rank, with no barrier or other collective in between: the other ranks reach the
-    read while the main process is still writing, and load nothing (``OSError`` on a first run)
-    or a half-written file. A ``wait_for_everyone()``, a ``prepare`` or any collective between
-    the two (also ``main_process_first()`` around the read) orders them, and is not reported.
+    ``is_local_main_process``, by ``accelerator.save`` or ``accelerator.save_model``, which
+    write there whoever calls them, or by ``save_pretrained(..., is_main_process=...)``, also
+    of ``accelerator.unwrap_model(model)``) and read below it, in the same function, by every
+    rank (the file, or for a model saved into a folder, a file in it), with no barrier or
+    other collective in between: the other ranks reach the read while the main process is
+    still writing, and load nothing (``OSError`` on a first run) or a half-written file. A
+    ``wait_for_everyone()``, a ``prepare`` or any collective between the two (also
+    ``main_process_first()`` around the read) orders them, and is not reported; one in the
+    save's own arguments (``accelerator.save(accelerator.get_state_dict(model), path)``, the
+    form the conversion writes) runs before the write, and one above the save orders nothing
+    after it.
     The write and the read may be in two functions that a third calls one after the other (a
     trainer's ``save()``, guarded inside or at its call, then its ``load()``): a barrier after
     the write in its function, between the two calls or before the read orders them there.
