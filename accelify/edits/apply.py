@@ -9,12 +9,15 @@ would be left empty.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import CodeRange
 
 from accelify.edits.fstring_quotes import requote_inside_fstrings
 from accelify.edits.plan import Plan
+
+if TYPE_CHECKING:
+    from libcst.metadata import CodeRange
 
 
 class ApplyPlan(cst.CSTTransformer):
