@@ -110,14 +110,68 @@ _STEP_TESTED_TWICE = (
 )
 
 
+#: The form the conversion writes: the state dict gathered (a collective under FSDP and
+#: DeepSpeed) in the arguments of ``accelerator.save``, which writes it on the main process
+#: only; ``{before}`` runs above the save, ``{between}`` between it and the read, ``{read}`` is
+#: the read's line.
+_GATHERED_SAVE = (
+    HEADER
+    + "import torch\n"
+    + "{before}"
+    + "accelerator.save(accelerator.get_state_dict(model), 'best.pt')\n"
+    + "{between}"
+    + "{read}"
+)
+
+#: A trainer saves its best weights in ``fit()`` and loads them in ``test()``; the script
+#: calls one, then the other, on every rank. ``{between}``: between the calls.
+_FIT_THEN_TEST = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model = self.accelerator.prepare(model)\n"
+    "        self.best_path = 'best.pt'\n\n"
+    "    def fit(self):\n"
+    "        self.accelerator.wait_for_everyone()\n"
+    "        self.accelerator.save(\n"
+    "            self.accelerator.get_state_dict(self.model), self.best_path\n"
+    "        )\n\n"
+    "    def test(self):\n"
+    "        state = torch.load(self.best_path)\n"
+    "        self.accelerator.unwrap_model(self.model).load_state_dict(state)\n\n\n"
+    "trainer = Trainer(torch.nn.Linear(2, 2))\n"
+    "trainer.fit()\n"
+    "{between}"
+    "trainer.test()\n"
+)
+
+#: The Accelerator's model save, its weights written into a folder on the main process only;
+#: ``{between}`` runs between the save and the reads.
+_MODEL_SAVED = (
+    HEADER
+    + "import os\n"
+    + "from safetensors.torch import load_file\n"
+    + "from transformers import AutoModel\n"
+    + "accelerator.save_model(model, 'out')\n"
+    + "{between}"
+    + "state = load_file(os.path.join('out', 'model.safetensors'))\n"
+)
+
+
 class ReadBeforeWritten(Rule):
     """A file written on the main process only (under ``if accelerator.is_main_process:`` or
-    ``is_local_main_process``, by ``accelerator.save``, which writes there whoever calls it, or
-    by ``save_pretrained(..., is_main_process=...)``) and read below it, in the same function,
-    by every rank, with no barrier or other collective in between: the other ranks reach the
-    read while the main process is still writing, and load nothing (``OSError`` on a first run)
-    or a half-written file. A ``wait_for_everyone()``, a ``prepare`` or any collective between
-    the two (also ``main_process_first()`` around the read) orders them, and is not reported.
+    ``is_local_main_process``, by ``accelerator.save`` or ``accelerator.save_model``, which
+    write there whoever calls them, or by ``save_pretrained(..., is_main_process=...)``, also
+    of ``accelerator.unwrap_model(model)``) and read below it, in the same function, by every
+    rank (the file, or for a model saved into a folder, a file in it), with no barrier or
+    other collective in between: the other ranks reach the read while the main process is
+    still writing, and load nothing (``OSError`` on a first run) or a half-written file. A
+    ``wait_for_everyone()``, a ``prepare`` or any collective between the two (also
+    ``main_process_first()`` around the read) orders them, and is not reported; one in the
+    save's own arguments (``accelerator.save(accelerator.get_state_dict(model), path)``, the
+    form the conversion writes) runs before the write, and one above the save orders nothing
+    after it.
     The write and the read may be in two functions that a third calls one after the other (a
     trainer's ``save()``, guarded inside or at its call, then its ``load()``): a barrier after
     the write in its function, between the two calls or before the read orders them there.
@@ -300,6 +354,39 @@ class ReadBeforeWritten(Rule):
             10,
             56,
         ),
+        # the state dict gathered in the save's arguments: a collective that runs before the
+        # write, not between it and the read
+        Example(
+            _GATHERED_SAVE.format(before="", between="", read="state = torch.load('best.pt')\n"),
+            5,
+            9,
+        ),
+        # ... and a barrier above the save, as the conversion puts one there, orders nothing
+        # after it
+        Example(
+            _GATHERED_SAVE.format(
+                before="accelerator.wait_for_everyone()\n",
+                between="",
+                read="state = torch.load('best.pt')\n",
+            ),
+            6,
+            9,
+        ),
+        # the save in one method of a trainer, the read in another, called one after the other
+        Example(_FIT_THEN_TEST.format(between=""), 18, 17),
+        # the model saved into a folder on the main process, its weights file read by every rank
+        Example(_MODEL_SAVED.format(between=""), 7, 9),
+        Example(  # a model unwrapped and told to save on the main process only, read back
+            HEADER
+            + "from transformers import AutoModel\n"
+            + "accelerator.unwrap_model(model).save_pretrained(\n"
+            + "    'out', is_main_process=accelerator.is_main_process,\n"
+            + "    save_function=accelerator.save,\n"
+            + ")\n"
+            + "model = AutoModel.from_pretrained('out')\n",
+            8,
+            9,
+        ),
         Example(  # told to write on the main process only, read back by every rank
             HEADER
             + "from transformers import AutoModel\n"
@@ -469,6 +556,28 @@ class ReadBeforeWritten(Rule):
         + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'best.pt')\n"
         + "accelerator.wait_for_everyone()\n"
         + "state = torch.load('best.pt')\n",
+        # the conversion's form, a barrier after the save (also one above it), or the read
+        # after the main process's turn
+        _GATHERED_SAVE.format(
+            before="accelerator.wait_for_everyone()\n",
+            between="accelerator.wait_for_everyone()\n",
+            read="state = torch.load('best.pt')\n",
+        ),
+        _GATHERED_SAVE.format(
+            before="",
+            between="",
+            read="with accelerator.main_process_first():\n    state = torch.load('best.pt')\n",
+        ),
+        _FIT_THEN_TEST.format(between="trainer.accelerator.wait_for_everyone()\n"),
+        _MODEL_SAVED.format(between="accelerator.wait_for_everyone()\n"),
+        HEADER
+        + "from transformers import AutoModel\n"
+        + "accelerator.unwrap_model(model).save_pretrained(\n"
+        + "    'out', is_main_process=accelerator.is_main_process,\n"
+        + "    save_function=accelerator.save,\n"
+        + ")\n"
+        + "with accelerator.main_process_first():\n"
+        + "    model = AutoModel.from_pretrained('out')\n",
         # every rank writes the file itself before it reads it (a race among the writes: ACC201)
         HEADER + "import torch\ntorch.save(state, 'last.pt')\nstate = torch.load('last.pt')\n",
         HEADER
@@ -843,18 +952,26 @@ def _ordered_across_calls(script: ScriptModel, shared: SharedFile) -> bool:
     until = script.order(reading) if writing is shared.write else never
     return (
         _collective_between(
-            script, index.enclosing_function(writing), script.order(writing), script.order(reading)
+            script,
+            index.enclosing_function(writing),
+            script.order(writing),
+            script.order(reading),
+            writing,
         )
         or (
             # a lambda's body holds no barrier: the code around where it is written is not
             # what runs before its read (its calls are, `reading`)
             not _in_a_lambda(script, shared.read)
             and _collective_between(
-                script, index.enclosing_function(shared.read), since, read_order
+                script, index.enclosing_function(shared.read), since, read_order, writing
             )
         )
         or _collective_between(
-            script, index.enclosing_function(shared.write), script.order(shared.write), until
+            script,
+            index.enclosing_function(shared.write),
+            script.order(shared.write),
+            until,
+            shared.write,
         )
         or _in_main_process_first(script, shared.read)
     )
@@ -870,13 +987,14 @@ def _in_a_lambda(script: ScriptModel, node: cst.CSTNode) -> bool:
 
 
 def _collective_between(
-    script: ScriptModel, function: cst.FunctionDef | None, low: int, high: int
+    script: ScriptModel, function: cst.FunctionDef | None, low: int, high: int, write: cst.Call
 ) -> bool:
     """A barrier or other collective in ``function`` (the module's own code for None) between
-    the two source orders, not under a rank test."""
+    the two source orders, not under a rank test, nor among the arguments of ``write`` (the
+    write, or the call that runs it): those run before it writes (`_before_the_write`)."""
     reach = facts_of(script).collective_reach
     for call in script.calls:
-        if not low < script.order(call) < high:
+        if not low < script.order(call) < high or _before_the_write(script, call, write):
             continue
         if script.index.enclosing_function(call) is not function:
             continue
@@ -916,6 +1034,8 @@ def _barriers_between(
     for call in script.calls:
         if not start < script.order(call) < end or call is read:
             continue
+        if _before_the_write(script, call, write):
+            continue
         if script.index.enclosing_function(call) is not function:
             continue
         named = isinstance(call.func, cst.Attribute) and call.func.attr.value in _BARRIERS
@@ -928,6 +1048,14 @@ def _barriers_between(
         else:
             sometimes.append((call, branch))
     return always, sometimes
+
+
+def _before_the_write(script: ScriptModel, call: cst.Call, write: cst.Call) -> bool:
+    """``call`` is among ``write``'s arguments (``accelerator.save(accelerator.get_state_dict(
+    model), path)``, the form the conversion writes): a collective there runs before the
+    main process writes, so it orders nothing after the write, below it in source order as
+    it is."""
+    return call is not write and script.inside(call, write)
 
 
 def _skipped_branch(

@@ -70,6 +70,7 @@ def test_a_layout_black_already_made_is_kept():
 
 
 def test_a_statement_with_a_comment_inside_keeps_the_users_layout():
+    """Kept as the user laid it out: the second argument still under the first."""
     save = """\
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},  # both
                "full_checkpoint_of_the_linear_model.pt")"""
@@ -77,5 +78,57 @@ def test_a_statement_with_a_comment_inside_keeps_the_users_layout():
         "    accelerator.wait_for_everyone()\n"
         '    accelerator.save({"model": accelerator.get_state_dict(model), "optimizer": '
         "accelerator.get_state_dict(optimizer)},  # both\n"
-        '               "full_checkpoint_of_the_linear_model.pt")\n'
+        '                     "full_checkpoint_of_the_linear_model.pt")\n'
+    )
+
+
+PRINTED = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+x = torch.randn(64, 4)
+loader = DataLoader(TensorDataset(x, x[:, :1]), batch_size=8)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for inputs, targets in loader:
+        loss = nn.functional.mse_loss(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+{printed}
+"""
+
+
+def _printed(printed: str) -> str:
+    source = PRINTED.format(printed=printed)
+    converted = convert_source(source.encode(), "train.py").converted.decode()
+    return converted[converted.index("    accelerator.print(") :]
+
+
+def test_a_print_whose_lines_the_user_lined_up_under_its_bracket_stays_lined_up():
+    """``print(f"..."`` / ``      f"...")`` made ``accelerator.print``: the lines under the
+    first argument move with the bracket; a line left of it (a hanging indent, the closing
+    bracket) stays where it was."""
+    printed = """\
+    print(f"epoch {epoch} loss {loss.item():.4f} "
+          f"steps {len(loader)}",
+          sep="",
+    )"""
+    assert _printed(printed) == (
+        '    accelerator.print(f"epoch {epoch} loss {loss.item():.4f} "\n'
+        '                      f"steps {len(loader)}",\n'
+        '                      sep="",\n'
+        "    )\n"
+    )
+
+
+def test_a_print_laid_out_with_a_hanging_indent_keeps_it():
+    printed = """\
+    print(f"epoch {epoch} loss {loss.item():.4f} "
+        f"steps {len(loader)}")"""
+    assert _printed(printed) == (
+        '    accelerator.print(f"epoch {epoch} loss {loss.item():.4f} "\n'
+        '        f"steps {len(loader)}")\n'
     )

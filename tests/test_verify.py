@@ -114,6 +114,24 @@ def test_an_original_that_fails_on_its_own_is_not_blamed_on_the_conversion(tmp_p
     assert "Traceback (most recent call last)" in result.stderr  # the script's, shown as its own
 
 
+def test_an_original_stopped_at_the_timeout_is_said_to_have_timed_out(tmp_path: Path):
+    """A run stopped at the deadline may only be slow: the message says it timed out and names
+    ``--timeout``, not that the script fails on its own."""
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import time\nimport torch\nfrom torch.utils.data import DataLoader\n"
+        "loader = DataLoader(torch.randn(8, 2), batch_size=4)\nmodel = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in loader:\n    time.sleep(60)\n    model(x).sum().backward()\n    opt.step()\n"
+    )
+    result = verify(script, "--timeout", "1", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert "the original script timed out" in result.stderr
+    assert "after 1 s (--timeout)" in result.stderr
+    assert "--timeout 60" in result.stderr
+    assert "fails on its own" not in result.stderr
+
+
 def test_usage_errors_exit_2(tmp_path: Path):
     plain = tmp_path / "plain.py"
     plain.write_text("print('no training here')\n")

@@ -105,11 +105,16 @@ WRITERS = {
     "shutil.copy2": (1, "dst"),
     "shutil.copyfile": (1, "dst"),
 }
+#: The Accelerator's own writes, which write on the main process only whoever calls them,
+#: and where their path is: a file, or the folder ``save_model`` writes the weights into.
+ACCELERATOR_WRITERS = {"save": (1, "f"), "save_model": (1, "save_directory")}
 WRITING_METHODS = {
     "save_pretrained": (0, "save_directory"),
     "savefig": (0, "fname"),
     "to_csv": (0, "path_or_buf"),
 }
+#: Methods that write a model into the folder they are handed.
+_FOLDER_WRITERS = frozenset({"save_model", "save_pretrained"})
 #: Calls that open a file, and where their path is.
 _OPENERS = {"builtins.open": (0, "file")}
 #: Calls that delete a file, and where their path is.
@@ -388,7 +393,7 @@ class SharedFiles:
                 continue
             function = self.placement.enclosing_function(read)
             for write, path in writes:
-                if not self._same_file(path, read_path):
+                if not self._reads_what_it_wrote(write, path, read_path):
                     continue
                 if self.placement.enclosing_function(write) is function:
                     if self.model.order(write) < self.model.order(read):
@@ -400,6 +405,20 @@ class SharedFiles:
                     found.append(SharedFile(write, read, path, self.per_process(path), through))
                     break
         return found
+
+    def _reads_what_it_wrote(
+        self, write: cst.Call, path: cst.BaseExpression, read_path: cst.BaseExpression
+    ) -> bool:
+        """The read's path is the written one, or a file in the folder a model was saved into
+        (``load_file(os.path.join(out, "model.safetensors"))`` after ``save_model(model,
+        out)`` or ``save_pretrained(out)``)."""
+        if self._same_file(path, read_path):
+            return True
+        func = write.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in _FOLDER_WRITERS):
+            return False
+        folder = self._folder(read_path)
+        return folder is not None and self._same_file(path, folder)
 
     @cached_property
     def read_by_the_other_ranks(self) -> list[tuple[SharedFile, cst.If]]:
@@ -476,12 +495,15 @@ class SharedFiles:
 
     def _written_by_one_rank(self, call: cst.Call) -> cst.BaseExpression | None:
         """The path ``call`` writes on the main process only: a write under a rank test, one
-        told to write there only (``save_pretrained(d, is_main_process=...)``), or
-        ``accelerator.save(obj, path)``, which writes on the main process whoever calls it."""
-        if _accelerator_save(self.model, call):
-            return _path(self.model, call, {}, {"save": (1, "f")})
+        told to write there only (``save_pretrained(d, is_main_process=...)``, also of the
+        model ``accelerator.unwrap_model(model)`` returns), or ``accelerator.save(obj, path)``
+        and ``accelerator.save_model(model, folder)``, which write on the main process whoever
+        calls them."""
+        saving = _accelerator_saving(self.model, call)
+        if saving is not None:
+            return _path(self.model, call, {}, {saving: ACCELERATOR_WRITERS[saving]})
         # asked of every call of the file: whether it writes at all is the cheap question
-        path = _path(self.model, call, WRITERS, WRITING_METHODS)
+        path = _path(self.model, call, WRITERS, WRITING_METHODS) or _unwrapped_write(call)
         if path is None:
             return None
         if self.model.under_rank_guard(call) or side_effects.main_process_only(call):
@@ -1619,15 +1641,35 @@ def _tests_rank(model: ScriptModel, node: cst.CSTNode) -> bool:
     return model.reads_rank(node.test)
 
 
-def _accelerator_save(model: ScriptModel, call: cst.Call) -> bool:
-    """``accelerator.save(obj, path)``: Accelerate's (and accelify's) save writes on the main
-    process only, called by every rank."""
+def _accelerator_saving(model: ScriptModel, call: cst.Call) -> str | None:
+    """``save`` for ``accelerator.save(obj, path)``, ``save_model`` for
+    ``accelerator.save_model(model, folder)``: Accelerate's (and accelify's) saves write on the
+    main process only, called by every rank (`ACCELERATOR_WRITERS`)."""
     func = call.func
-    return (
+    if (
         isinstance(func, cst.Attribute)
-        and func.attr.value == "save"
+        and func.attr.value in ACCELERATOR_WRITERS
         and dotted(func.value) in model.names_of(Kind.ACCELERATOR)
-    )
+    ):
+        return func.attr.value
+    return None
+
+
+def _unwrapped_write(call: cst.Call) -> cst.BaseExpression | None:
+    """The folder of ``accelerator.unwrap_model(model).save_pretrained(folder, ...)``: a writing
+    method of the model the call returns (`_path` leaves a receiver it cannot name)."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in WRITING_METHODS):
+        return None
+    receiver = func.value
+    if not (
+        isinstance(receiver, cst.Call)
+        and isinstance(receiver.func, cst.Attribute)
+        and receiver.func.attr.value == "unwrap_model"
+    ):
+        return None
+    position, keyword = WRITING_METHODS[func.attr.value]
+    return argument_value(call, keyword, position)
 
 
 def _deleted_receiver(call: cst.Call) -> cst.BaseExpression | None:

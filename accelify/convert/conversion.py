@@ -109,7 +109,7 @@ def convert_source(
         # a plan of review lines only: the script was left as it is for the reason they give
         why = LEFT_AS_IS if plan.reviews else "nothing to convert"
         return Conversion(label, data, data, reviews=plan.reviews, skipped=why)
-    converted = module.visit(ApplyPlan(plan))
+    converted = module.visit(ApplyPlan(plan, model.position if model.module is module else None))
     skipped_init = _subclass_skipping_init(Path(path), model, converted)
     if skipped_init is not None:  # the file is left as it is, with this line
         return Conversion(label, data, data, reviews=[skipped_init], skipped=SUBCLASS_SKIPS_INIT)

@@ -136,7 +136,7 @@ def guard_saves(
             )
     if not changes:
         return None
-    converted = model.module.visit(ApplyPlan(plan))
+    converted = model.module.visit(ApplyPlan(plan, model.position))
     return converted, changes, reviews, import_lines(options.target, ["PartialState"])
 
 

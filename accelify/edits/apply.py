@@ -8,24 +8,49 @@ would be left empty.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from accelify.edits.fstring_quotes import requote_inside_fstrings
 from accelify.edits.plan import Plan
 
+if TYPE_CHECKING:
+    from libcst.metadata import CodeRange
+
 
 class ApplyPlan(cst.CSTTransformer):
-    def __init__(self, plan: Plan) -> None:
+    """``position``: where each node of the module being changed stands (the analysis's
+    `ScriptModel.position`); with it, a call whose name the plan changes keeps the argument
+    lines the user aligned under its opening bracket aligned there (`_realigned`)."""
+
+    def __init__(
+        self, plan: Plan, position: Callable[[cst.CSTNode], CodeRange] | None = None
+    ) -> None:
         self.plan = plan
+        self.position = position
+        self._default_indent = "    "
+        self._indents: list[str] = []  # the blocks around the node being left
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Module):
+            self._default_indent = node.default_indent
+        elif isinstance(node, cst.IndentedBlock):
+            self._indents.append(node.indent if node.indent is not None else self._default_indent)
+        return super().on_visit(node)
 
     def on_leave(
         self, original_node: cst.CSTNode, updated_node: cst.CSTNode
     ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        if isinstance(original_node, cst.IndentedBlock):
+            self._indents.pop()
         rewrite = self.plan.rewrite_of(original_node)
         if rewrite is not None:
-            updated_node = rewrite(updated_node)
+            rewritten = rewrite(updated_node)
+            if isinstance(original_node, cst.Call) and isinstance(rewritten, cst.Call):
+                rewritten = self._realigned(original_node, rewritten)
+            updated_node = rewritten
         parameter = self.plan.new_parameter(original_node)
         if isinstance(original_node, cst.FunctionDef) and parameter is not None:
             updated_node = _add_parameter(updated_node, parameter)
@@ -34,6 +59,38 @@ class ApplyPlan(cst.CSTTransformer):
         if isinstance(updated_node, cst.Module):  # every edit is in: the strings they put in
             updated_node = requote_inside_fstrings(updated_node)
         return updated_node
+
+    def _realigned(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``print(f"..."`` / ``      f"...")`` -> ``accelerator.print(f"..."`` /
+        ``                  f"...")``: where the user put the first argument beside the
+        opening bracket and the lines after it under that argument (or further right), a new
+        name of another length moves the bracket, and those lines move with it, as far; lines
+        left of it (a hanging indent, a closing bracket) stay. A layout that lines up nothing
+        with the bracket is kept as it is."""
+        code = cst.Module([]).code_for_node
+        old_head, new_head = code(original.func), code(updated.func)
+        delta = len(new_head) - len(old_head)
+        if (
+            self.position is None
+            or delta == 0
+            or "\n" in old_head + new_head
+            or isinstance(original.whitespace_before_args, cst.ParenthesizedWhitespace)
+            or code(original.whitespace_after_func) != code(updated.whitespace_after_func)
+            or "\n" not in code(updated)
+        ):
+            return updated
+        column = (
+            self.position(original.func).start.column
+            + len(old_head)
+            + len(code(original.whitespace_after_func))
+            + 1  # the bracket
+            + len(code(original.whitespace_before_args))
+        )
+        shift = _Shift("".join(self._indents), column, delta)
+        first = _first_line_break(original)
+        if first is None or shift.column_of(first) < column:
+            return updated  # not laid out under the bracket
+        return updated.with_changes(args=[argument.visit(shift) for argument in updated.args])
 
     def _rebuild_body(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
         old_body: Sequence[cst.CSTNode] = original.body  # type: ignore[attr-defined]
@@ -63,6 +120,41 @@ class ApplyPlan(cst.CSTTransformer):
             after = self.plan.inserted_after(old)
             rebuilt.extend((item() if callable(item) else item, None) for item in after)
         return _with_body(updated, _fold_guards(rebuilt))
+
+
+class _Shift(cst.CSTTransformer):
+    """Moves each line break's next line that starts at ``column`` or right of it (inside
+    ``indent``, the blocks around the statement) by ``delta`` columns."""
+
+    def __init__(self, indent: str, column: int, delta: int) -> None:
+        self.indent, self.column, self.delta = indent, column, delta
+
+    def column_of(self, node: cst.ParenthesizedWhitespace) -> int:
+        return (len(self.indent) if node.indent else 0) + len(node.last_line.value)
+
+    def leave_ParenthesizedWhitespace(
+        self, original_node: cst.ParenthesizedWhitespace, updated_node: cst.ParenthesizedWhitespace
+    ) -> cst.ParenthesizedWhitespace:
+        spaces = updated_node.last_line.value
+        if (
+            self.column_of(updated_node) < self.column
+            or len(spaces) + self.delta < 0
+            or "\t" in spaces + self.indent  # columns counted in spaces only
+        ):
+            return updated_node
+        moved = " " * (len(spaces) + self.delta)
+        return updated_node.with_changes(last_line=cst.SimpleWhitespace(moved))
+
+
+def _first_line_break(call: cst.Call) -> cst.ParenthesizedWhitespace | None:
+    """The first line break inside ``call``'s arguments, in source order."""
+    pending: list[cst.CSTNode] = list(reversed(call.args))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.ParenthesizedWhitespace):
+            return node
+        pending.extend(reversed(node.children))
+    return None
 
 
 def _block_header(kind: str, code: str, body: list[cst.CSTNode], leading) -> cst.CSTNode:

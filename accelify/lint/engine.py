@@ -674,14 +674,15 @@ def _fix(
     current, applied = data, 0
     for _ in range(rounds):
         module = parse(current, path)
-        findings = _check(analyze(module, project=project), current, path, selection)
+        model = analyze(module, project=project)
+        findings = _check(model, current, path, selection)
         plans = [f.fix for f in findings if f.fix is not None]
         if not plans:
             break
         merged = plans[0]
         for plan in plans[1:]:
             merged.merge(plan)
-        updated = module.visit(ApplyPlan(merged)).bytes
+        updated = module.visit(ApplyPlan(merged, model.position)).bytes
         if updated == current:
             break
         current, applied = updated, applied + len(plans)

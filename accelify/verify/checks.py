@@ -185,8 +185,8 @@ def check_ranks(
     last_steps = ", ".join(f"rank {r}: {len(records)}" for r, records in enumerate(run.ranks))
     if run.timed_out:
         result.verdict = (
-            f"FAIL: the run did not end within the timeout: a hang (steps made per rank: "
-            f"{last_steps})"
+            f"FAIL: the run did not end within the timeout (--timeout): a hang, or a run "
+            f"that needs longer than it allows (steps made per rank: {last_steps})"
         )
         result.output = run.tail()
         return result
@@ -365,7 +365,7 @@ _STOPPED = re.compile(r"^accelify launch: the run was stopped: (.+) \(above\)$",
 
 def _failure(what: str, run: Run) -> str:
     if run.timed_out:
-        return f"FAIL: {what} did not end within the timeout"
+        return f"FAIL: {what} did not end within the timeout (--timeout)"
     stopped = _STOPPED.search(run.output)
     if stopped:
         return f"FAIL: {what} could not finish: {stopped.group(1)} (the launcher's report below)"

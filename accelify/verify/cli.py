@@ -180,18 +180,31 @@ def _probe_worked(run: Run) -> None:
 
 
 def _original_fails(run: Run, timeout: float) -> int:
-    reason = (
-        f"did not finish within {timeout:g} s"
-        if run.timed_out
-        else f"exited with code {run.returncode}"
-    )
-    click.echo(
-        f"accelify: error: the original script fails on its own ({reason}), before any "
-        "conversion is involved; its output:",
-        err=True,
-    )
+    """The original run did not end well. A run stopped at the deadline has not failed: it
+    may only be slower than ``--timeout`` allows (three runs share the machine, and ``--to-end``
+    runs every epoch), so the message says it timed out and how to give it longer, not that
+    the script fails."""
+    if run.timed_out:
+        message = (
+            f"accelify: error: the original script timed out: it was still running after "
+            f"{timeout:g} s (--timeout) and was stopped, before any conversion is involved; "
+            f"give the runs longer (--timeout {_longer(timeout)}) or less to do (arguments "
+            "after `--` go to both scripts: fewer epochs or a smaller data set); its output:"
+        )
+    else:
+        message = (
+            f"accelify: error: the original script fails on its own (exited with code "
+            f"{run.returncode}), before any conversion is involved; its output:"
+        )
+    click.echo(message, err=True)
     click.echo("\n".join("  | " + line for line in run.tail().splitlines()[-40:]), err=True)
     return 2
+
+
+def _longer(timeout: float) -> str:
+    """A ``--timeout`` worth trying after ``timeout`` ran out: four times it, rounded up to a
+    whole minute."""
+    return f"{-(-timeout * 4 // 60) * 60:g}"
 
 
 def _lines_near_divergence(check: CheckResult) -> list[int]:
