@@ -9,6 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from accelify.convert import Options
@@ -1664,3 +1665,25 @@ def test_a_checkpoint_helper_of_a_third_module_resumes_on_two_ranks(tmp_path: Pa
     assert_ok(resumed)
     assert "resumed at epoch 2" in resumed.stdout
     assert resumed.stdout.count("epoch 2 val") == 1, resumed.stdout
+
+
+@pytest.mark.parametrize(
+    ("line", "package", "expected"),
+    [
+        ("from .utils import save_checkpoint", ["src"], "from src.utils import save_checkpoint"),
+        ("from . import utils", ["pkg", "src"], "from pkg.src import utils"),
+        ("from ..common.io import save", ["pkg", "src"], "from pkg.common.io import save"),
+        ("from ..io import save", ["src"], "from io import save"),
+        ("from ...io import save", ["src"], "from ...io import save"),  # above the driver
+        ("from . import utils", [], "from . import utils"),  # no module to name
+        ("import torch", ["src"], "import torch"),
+    ],
+)
+def test_an_engines_relative_import_is_read_from_the_drivers_folder(
+    line: str, package: list[str], expected: str
+):
+    from accelify.convert.across import _rebased
+
+    module = cst.parse_module(line + "\n")
+    (small,) = module.body[0].body
+    assert module.code_for_node(_rebased(small, package)).strip() == expected
