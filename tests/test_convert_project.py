@@ -9,6 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from accelify.convert import Options
@@ -1581,3 +1582,108 @@ def test_a_driver_and_an_engine_whose_subclass_trains_through_its_base_run_on_tw
     assert len([line for line in lines if line.startswith("best val acc")]) == 1, result.stdout
     (test,) = [line for line in lines if line.startswith("test: ")]
     assert test.endswith(" n=333")  # the whole test set, once
+
+
+HELPER_OF_A_PACKAGE = FIXTURES / "projects" / "checkpoint_helper_of_a_package_module"
+
+
+def _converted_package(tmp_path: Path) -> tuple[Path, str]:
+    project = tmp_path / "project"
+    shutil.copytree(HELPER_OF_A_PACKAGE, project)
+    result = run_accelify("convert", project, "--write")
+    assert_ok(result)
+    return project, result.stdout
+
+
+def test_a_checkpoint_helper_of_a_third_module_runs_on_the_main_process(tmp_path: Path):
+    """trial14: ``src/engine.py``'s trainer, converted with its driver, calls ``save_checkpoint``
+    of ``src/utils.py`` (``from .utils import ...``), which saves what it is handed: each call
+    runs on the main process between two barriers, as a helper of a sibling module imported
+    from the converted file itself is; the helper's module is left as it is."""
+    project, summary = _converted_package(tmp_path)
+    engine = (project / "src" / "engine.py").read_text()
+    assert (
+        "            self.accelerator.wait_for_everyone()\n"
+        "            if self.accelerator.is_main_process:\n"
+        "                save_checkpoint(\n"
+    ) in engine
+    assert '                        "model": self.accelerator.unwrap_model(self.model)' in engine
+    assert (
+        '                    f"{self.out_dir}/checkpoint.pth",\n'
+        "                )\n"
+        "            self.accelerator.wait_for_everyone()\n"
+    ) in engine
+    assert (project / "src" / "utils.py").read_bytes() == (
+        HELPER_OF_A_PACKAGE / "src" / "utils.py"
+    ).read_bytes()
+    assert "src/engine.py:53: save_checkpoint() saves a model's state (src/utils.py:8)" in summary
+    assert "the state_dict() calls in its arguments now run on the main process alone" in summary
+
+
+def test_a_checkpoint_helper_that_does_more_than_save_is_left_with_why(tmp_path: Path):
+    # it keeps a list every rank reads: run on the main process alone, the others' would differ
+    project = tmp_path / "project"
+    shutil.copytree(HELPER_OF_A_PACKAGE, project)
+    utils = project / "src" / "utils.py"
+    utils.write_text(
+        utils.read_text().replace(
+            "    torch.save(state, path)\n", "    torch.save(state, path)\n    SAVED.append(path)\n"
+        )
+        + "\n\nSAVED = []\n"
+    )
+    result = run_accelify("convert", project, "--write")
+    assert_ok(result)
+    engine = (project / "src" / "engine.py").read_text()
+    assert "is_main_process:\n                save_checkpoint(" not in engine
+    (review,) = [line for line in result.stdout.splitlines() if "src/engine.py:53:" in line]
+    assert review.lstrip().startswith("review ")
+    assert "save_checkpoint() is a function of another module that saves" in review
+    assert "it does more than save" in review
+
+
+def test_a_checkpoint_helper_of_a_third_module_resumes_on_two_ranks(tmp_path: Path):
+    original = tmp_path / "original"
+    shutil.copytree(HELPER_OF_A_PACKAGE, original)
+    before = run_python(original / "train.py", cwd=original)
+    assert_ok(before)
+    project, _ = _converted_package(tmp_path)
+    alone = run_python(project / "train.py", cwd=project)
+    assert_ok(alone)
+    assert alone.stdout == before.stdout  # every printed line, on one process
+    shutil.rmtree(project / "out")
+    assert_ok(launch(project / "train.py", cwd=project, timeout=300))
+    assert (project / "out" / "best.pth").is_file()
+    resumed = launch(
+        project / "train.py",
+        "--epochs",
+        "3",
+        "--resume",
+        "out/checkpoint.pth",
+        cwd=project,
+        timeout=300,
+    )
+    assert_ok(resumed)
+    assert "resumed at epoch 2" in resumed.stdout
+    assert resumed.stdout.count("epoch 2 val") == 1, resumed.stdout
+
+
+@pytest.mark.parametrize(
+    ("line", "package", "expected"),
+    [
+        ("from .utils import save_checkpoint", ["src"], "from src.utils import save_checkpoint"),
+        ("from . import utils", ["pkg", "src"], "from pkg.src import utils"),
+        ("from ..common.io import save", ["pkg", "src"], "from pkg.common.io import save"),
+        ("from ..io import save", ["src"], "from io import save"),
+        ("from ...io import save", ["src"], "from ...io import save"),  # above the driver
+        ("from . import utils", [], "from . import utils"),  # no module to name
+        ("import torch", ["src"], "import torch"),
+    ],
+)
+def test_an_engines_relative_import_is_read_from_the_drivers_folder(
+    line: str, package: list[str], expected: str
+):
+    from accelify.convert.across import _rebased
+
+    module = cst.parse_module(line + "\n")
+    (small,) = module.body[0].body
+    assert module.code_for_node(_rebased(small, package)).strip() == expected

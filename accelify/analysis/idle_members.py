@@ -281,8 +281,15 @@ def sets_every_parameter(model: ScriptModel, write: cst.CSTNode) -> bool:
     ``model[0].requires_grad_(False)`` (a part of ``model``), nor a write under an ``if`` in the
     loop or computed per parameter (``p.requires_grad = "fc" in name``)."""
     if isinstance(write, cst.Call):
-        return isinstance(write.func, cst.Attribute) and dotted(write.func.value) is not None
-    if not isinstance(write, cst.Assign):
+        if not isinstance(write.func, cst.Attribute) or dotted(write.func.value) is None:
+            return False
+        if _parameters_owner(model, write.func.value, write) is None:
+            return True  # ``teacher.requires_grad_(flag)``: the module's own
+        # ``p.requires_grad_(False)`` of a loop over its parameters: as ``p.requires_grad = ...``
+        values = [argument.value for argument in write.args]
+    elif isinstance(write, cst.Assign):
+        values = [write.value]
+    else:
         return False
     loop = next(
         (a for a in model.ancestors(write) if isinstance(a, cst.BaseCompoundStatement)), None
@@ -297,7 +304,11 @@ def sets_every_parameter(model: ScriptModel, write: cst.CSTNode) -> bool:
     if dotted(func.value) is None:
         return False  # ``model[0].parameters()``
     bound = target_names(loop.target)
-    return not any(isinstance(node, cst.Name) and node.value in bound for node in walk(write.value))
+    return not any(
+        isinstance(node, cst.Name) and node.value in bound
+        for value in values
+        for node in walk(value)
+    )
 
 
 def _parameters_owner(model: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> str | None:

@@ -96,17 +96,40 @@ def writes_only(
     return model.line(function)
 
 
+def saves_only(
+    model: ScriptModel, placement: Placement, graph: CallGraph, flow: ObjectFlow, name: str
+) -> bool:
+    """The top-level function ``name`` of ``model`` (another module of the project) does
+    nothing another rank needs, as for `writes_only`, except that it may ``torch.save`` and
+    make directories: a checkpoint helper (``torch.save(state, path)``, then
+    ``shutil.copyfile(path, best)``) whose caller's conversion runs each call on the main
+    process between two barriers (`steps.saving`): every rank done with the step it saves
+    before, no rank reading the file or writing into the folder before it is whole after."""
+    function = next(
+        (s for s in model.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
+    if function is None:
+        return False
+    candidates = _candidates(
+        model, placement, flow, lambda f, left: _calls_only(graph, f, left), saves=True
+    )
+    return function in candidates
+
+
 def _candidates(
     model: ScriptModel,
     placement: Placement,
     flow: ObjectFlow,
     keep: Callable[[cst.FunctionDef, set[cst.FunctionDef]], bool],
+    saves: bool = False,
 ) -> set[cst.FunctionDef]:
     """The functions of the file that do nothing but write (`_writes_only`), narrowed to a
     fixed point to those ``keep`` accepts among the ones left: a helper that calls another of
-    the file needs that one to qualify too."""
+    the file needs that one to qualify too. ``saves``: a ``torch.save`` or a new directory
+    counts as a write too (the caller places the barriers around each call)."""
     functions = [n for n in placement.all_nodes() if isinstance(n, cst.FunctionDef)]
-    candidates = {f for f in functions if _writes_only(model, placement, flow, f)}
+    candidates = {f for f in functions if _writes_only(model, placement, flow, f, saves)}
     changed = True
     while changed:
         changed = False
@@ -142,7 +165,11 @@ def _writes(
 
 
 def _writes_only(
-    model: ScriptModel, placement: Placement, flow: ObjectFlow, function: cst.FunctionDef
+    model: ScriptModel,
+    placement: Placement,
+    flow: ObjectFlow,
+    function: cst.FunctionDef,
+    saves: bool = False,
 ) -> bool:
     """Nothing in ``function`` that another rank needs or must run too."""
     if function.asynchronous is not None or function.decorators:
@@ -162,8 +189,8 @@ def _writes_only(
             return False  # raised on the main process alone: the other ranks wait on it
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             return False
-        if isinstance(node, cst.Return) and node.value is not None:
-            return False
+        if isinstance(node, cst.Return) and node.value is not None and not saves:
+            return False  # (a saver's calls are statements of their own: no value is read)
         if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
             target = node.target
             if (
@@ -175,25 +202,34 @@ def _writes_only(
                 return False
         if isinstance(node, cst.Del):
             return False
-        if isinstance(node, cst.Call) and not _harmless_call(model, flow, node, local):
+        if isinstance(node, cst.Call) and not _harmless_call(model, flow, node, local, saves):
             return False
         if isinstance(node, cst.Call) and dotted(node.func) in parameters:
             return False  # calls what it is handed (a model, a callback): not followed
     return True
 
 
-def _harmless_call(model: ScriptModel, flow: ObjectFlow, call: cst.Call, local: set[str]) -> bool:
+def _harmless_call(
+    model: ScriptModel, flow: ObjectFlow, call: cst.Call, local: set[str], saves: bool = False
+) -> bool:
     """``call`` in a writing helper changes nothing another rank reads: no save, collective,
     directory, random draw, exit, model or accelerator, and no mutating method called on an
-    object the helper did not make itself (``local``: names it binds, not its parameters)."""
+    object the helper did not make itself (``local``: names it binds, not its parameters).
+    ``saves``: a save and a directory are harmless (barriers go around the helper's calls)."""
     qualified = model.call_names(call)
-    if qualified & (names.TORCH_SAVE | collectives.FUNCTIONS | names.MAKEDIRS):
+    if qualified & collectives.FUNCTIONS:
+        return False
+    if not saves and qualified & (names.TORCH_SAVE | names.MAKEDIRS):
         return False  # a directory the other ranks may write into too: made on every rank
     if qualified & _EXITS or dotted(call.func) in ("exit", "quit"):
         return False  # the main process stops alone: the other ranks wait on it
     if random_draw(model, call):
         return False
-    if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("mkdir", "makedirs"):
+    if (
+        not saves
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in ("mkdir", "makedirs")
+    ):
         return False  # ``Path(out).mkdir(...)``: as above
     func = dotted(call.func) or ""
     if "accelerator" in func or func.endswith(".backward") or flow.is_model_name(func, call):

@@ -210,7 +210,12 @@ def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
         return None
     flat = _flatten(driver, shape) if shape.module_name else driver
     imports = [s for s in engine.body if _is_import(s)]
-    joined = "; ".join(engine.code_for_node(small).strip() for s in imports for small in s.body)
+    package = _engine_package(driver.body[shape.index])
+    joined = "; ".join(
+        engine.code_for_node(_rebased(small, package)).strip()
+        for s in imports
+        for small in s.body  # type: ignore[attr-defined]
+    )
     d_body = list(flat.body)
     d_body[shape.index] = cst.parse_statement(joined or "pass").with_changes(
         leading_lines=d_body[shape.index].leading_lines
@@ -304,6 +309,43 @@ def _without_unread_imports(code: str, added: list[cst.BaseStatement]) -> str:
                 statement.with_changes(body=[small.with_changes(names=kept)])  # type: ignore[call-arg]
             )
     return module.with_changes(body=body).code
+
+
+def _engine_package(statement: cst.CSTNode) -> list[str] | None:
+    """The package of the engine module as the driver's import of it names it (``["src"]`` for
+    ``from src.engine import Trainer``, ``[]`` for ``import engine``); None where it is not
+    one plain dotted import (`_shape` keeps only those)."""
+    for small in getattr(statement, "body", []):
+        if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+            return (dotted(small.module) or "").split(".")[:-1]
+        if isinstance(small, cst.Import) and len(small.names) == 1:
+            return (dotted(small.names[0].name) or "").split(".")[:-1]
+    return None
+
+
+def _rebased(small: cst.BaseSmallStatement, package: list[str] | None) -> cst.BaseSmallStatement:
+    """An import of the engine as the driver's folder would write it: the engine's relative
+    ``from .utils import save_checkpoint`` (of ``src/engine.py``) becomes ``from src.utils
+    import save_checkpoint`` in the combined script, whose imports are resolved from the
+    driver's folder: else the analysis would look for ``utils.py`` beside the driver and not
+    see the engine's own sibling modules (trial14: a checkpoint helper of ``src/utils.py``
+    left writing on every rank). Only the combined script reads it: the split puts each file's
+    own import lines back. Left as it is where the dots climb above the driver's import."""
+    if not isinstance(small, cst.ImportFrom) or not small.relative or package is None:
+        return small
+    climb = len(small.relative) - 1
+    if climb > len(package):
+        return small
+    parts = package[: len(package) - climb] + (
+        (dotted(small.module) or "").split(".") if small.module is not None else []
+    )
+    if not parts:
+        return small  # ``from . import x`` of a top-level engine: no module to name
+    return small.with_changes(
+        relative=[],
+        module=cst.parse_expression(".".join(parts)),
+        whitespace_after_from=cst.SimpleWhitespace(" "),
+    )
 
 
 def _creates_accelerator(module: cst.Module) -> bool:

@@ -39,11 +39,11 @@ from accelify.convert.steps import (
     metric_schedulers,
     output,
     prepare,
-    received_lengths,
     saving,
     scheduler_pace,
     seeding,
     self_training,
+    shard_lengths,
     shared_files,
     side_effects,
     through_forward,
@@ -170,7 +170,7 @@ def plan_conversion(
     _prepare_other_training_functions(ctx, prepare_scope)
     _review_training_outside_the_class(ctx, prepare_scope)
     prepare.prepare_loaders_made_where_trained(ctx, prepare_scope)
-    received_lengths.run(ctx)
+    shard_lengths.run(ctx)
     ctx.through_forward = through_forward.routed_calls(ctx)
     outside = unwrap.forwards_outside_the_wrapper(ctx)
     if outside:  # the script is left as it is: a plan of these review lines only

@@ -28,7 +28,7 @@ from accelify.analysis.project_modules import (
 )
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_main_guard, target_names, walk
-from accelify.analysis.writing_helpers import writes_only
+from accelify.analysis.writing_helpers import saves_only, writes_only
 from accelify.edits.plan import Note
 from accelify.errors import UserError
 from accelify.source import parse
@@ -338,12 +338,22 @@ class StateSaver:
     parameters: tuple[str, ...]  # positional, in order
     saved: frozenset[str]  # the parameters whose ``.state_dict()`` it saves
     where: str  # ``utils.py:4``: the save
+    #: it does nothing else another rank needs (`writing_helpers.saves_only`): each call may
+    #: run on the main process alone, between two barriers
+    guardable: bool = True
+    #: the parameters it saves as they are (``torch.save(state, path)``): the state in them is
+    #: taken at the call, by the caller
+    whole: frozenset[str] = frozenset()
 
 
 def imported_state_savers(path: str | Path, siblings: list[SiblingCall]) -> dict[str, StateSaver]:
     """Names this file calls (``utils.save_checkpoint``, ``save_checkpoint``) of top-level
     functions of a module of its own folder that ``torch.save`` what holds the
-    ``.state_dict()`` of one of their parameters, read from that module's own source."""
+    ``.state_dict()`` of one of their parameters, or one of their parameters whole (``def
+    save_checkpoint(state, is_best, path): torch.save(state, path)``, handed ``{"model":
+    model.state_dict(), ...}``), read from that module's own source: what it saves is its
+    caller's to unwrap, and its calls are what the conversion guards where it does nothing
+    else another rank needs (`saves_only`: ``guardable``)."""
     script = Path(path)
     found: dict[str, StateSaver] = {}
     for _, name, function, file, other in siblings:
@@ -354,14 +364,40 @@ def imported_state_savers(path: str | Path, siblings: list[SiblingCall]) -> dict
             continue
         parameters = tuple(p.name.value for p in defined.params.params)
         saved, save_line = _parameter_states_saved(other, defined, parameters)
-        if saved and not any(
+        whole, whole_line = _parameters_saved_whole(other, defined, parameters)
+        if not (saved or whole) or any(
             isinstance(node, cst.Call) and other.call_names(node) & collectives.FUNCTIONS
             for node in walk(defined)
         ):  # a collective inside: run on the main process alone, it would wait forever
-            found[name] = StateSaver(
-                parameters, frozenset(saved), f"{_relative(file, script)}:{save_line}"
-            )
+            continue
+        facts = facts_of(other)
+        only = saves_only(other, facts.placement, facts.calls, facts.flow, function)
+        line = min(n for n in (save_line, whole_line) if n is not None)
+        found[name] = StateSaver(
+            parameters,
+            frozenset(saved),
+            f"{_relative(file, script)}:{line}",
+            only,
+            frozenset(whole),
+        )
     return found
+
+
+def _parameters_saved_whole(
+    module: ScriptModel, function: cst.FunctionDef, parameters: tuple[str, ...]
+) -> tuple[set[str], int | None]:
+    """The ``parameters`` of ``function`` a ``torch.save`` call of its body saves as they are
+    (``torch.save(state, path)``), with the line of the first such save (None where none)."""
+    saved: set[str] = set()
+    line = None
+    for node in walk(function):
+        if not isinstance(node, cst.Call) or not module.call_names(node) & TORCH_SAVE:
+            continue
+        first = node.args[0].value if node.args and node.args[0].keyword is None else None
+        if isinstance(first, cst.Name) and first.value in parameters:
+            saved.add(first.value)
+            line = line or module.line(node)
+    return saved, line
 
 
 def _parameter_states_saved(

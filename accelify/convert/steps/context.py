@@ -127,7 +127,7 @@ class Context:
     #: the attributes a method that prepares the loaders it receives keeps them under.
     prepared_arguments: set[str] = field(default_factory=set)
     #: each method that prepares the loaders it receives, with its class, those loaders and
-    #: the attributes it keeps them under (`received_lengths` reviews what reads their len()).
+    #: the attributes it keeps them under (`shard_lengths` sizes what reads their len()).
     received_preparations: list[tuple[cst.ClassDef, cst.FunctionDef, list[str], dict[str, str]]] = (
         field(default_factory=list)
     )
@@ -135,6 +135,8 @@ class Context:
     #: trainer.accelerator.prepare(train_loader)``), with each statement the prepare precedes:
     #: a loop of that function that runs before it still reads the loader as made.
     prepared_before: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
+    #: the ``len(loader)`` calls already sized in all ranks' steps, by id (`shard_lengths`)
+    sized_lengths: set[int] = field(default_factory=set)
     #: dicts of loaders prepared entry by entry, each with the statement it is prepared after
     #: (`prepare._prepare_each_value`): a scheduler made below reads its loaders' shards
     loader_dicts_prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)

@@ -55,7 +55,7 @@ from accelify.analysis.syntax import (
     walk,
 )
 from accelify.analysis.writing_helpers import BINDS, MUTATORS
-from accelify.convert.steps import handed_accelerator, received_lengths
+from accelify.convert.steps import handed_accelerator, shard_lengths
 from accelify.convert.steps.context import Context, star_imported_from_the_project
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
 from accelify.edits.kinds import InsertBefore
@@ -225,17 +225,9 @@ def run(ctx: Context, scope: Scope) -> None:
             _review_received_loaders(ctx, scope)
         else:
             _prepare_received_loaders(ctx, scope, set(chosen))
-            for name, length in received_lengths.left_out(ctx, chosen).items():
-                chosen.pop(name)
-                created.pop(name, None)
-                shown = ctx.model.module.code_for_node(length)
-                ctx.plan.change(
-                    _binding_line(ctx, name, scope),
-                    f"{name} is sized by {shown}, a loader the class prepares as it receives "
-                    "it (one rank's shard): left unprepared, so it steps once per optimizer "
-                    "step over the shard's batches, as on one process (prepared, it would "
-                    "step N times per call and end its schedule N times too soon)",
-                )
+            shard_lengths.size_received(
+                ctx, {name for name, kind in chosen.items() if kind is Kind.SCHEDULER}
+            )
     if not chosen or last_statement is None:
         return
     kept = _left_out_schedulers_reading_loaders(ctx, scope, chosen)
@@ -831,12 +823,9 @@ def _size_schedulers_in_all_ranks_steps(
 ) -> None:
     """Schedulers to be prepared that are made after the prepare of a loader whose length they
     read (a warm-up pass over ``loaders["train"]`` before ``OneCycleLR(opt, total_steps=2 *
-    len(loaders["train"]))``): that length is one rank's shard (N times fewer batches) while a
-    prepared scheduler steps num_processes times at each call, so the schedule would end N
-    times too soon (ACC415). Its own ``len(...)`` becomes ``len(...) *
-    accelerator.num_processes`` (diffusers' sizing): all ranks' steps, as the prepared
-    scheduler counts them. A sizing that reads such a loader otherwise (through a name bound
-    earlier, a ``len()`` not of the loader itself) gets a review line instead."""
+    len(loaders["train"]))``): sized in all ranks' steps by `shard_lengths`, the one policy for
+    a scheduler sized by a prepared loader. A sizing that reads such a loader some way it does
+    not follow (a name bound other than by an assignment) gets its review line here."""
     placement = ctx.facts.placement
     body = placement.body_of(scope)
     early: dict[str, int] = {
@@ -860,50 +849,17 @@ def _size_schedulers_in_all_ranks_steps(
         read = _read_through(ctx, body[:index], binding.value) & before
         if not read or PROCESS_COUNT.search(ctx.code(binding.value)):
             continue
-        shown = ", ".join(sorted(read))
-        lengths = _lengths_of(binding.value, read)
-        if (
-            not lengths
-            or (_read_through(ctx, body[:index], binding.value) - _names_read(ctx, binding.value))
-            & read
-        ):
+        why = "used before it is made"
+        if not shard_lengths.size_in_all_ranks_steps(ctx, binding, before, why):
             ctx.plan.review(
                 binding.line,
-                f"{binding.name} is sized from {shown}, prepared before it is made (its loaders "
-                "are used first): if its sizes count batches, they count one rank's shard (N "
-                "times fewer) while a prepared scheduler steps N times per call, so the "
-                "schedule ends N times too soon; multiply those counts by "
+                f"{binding.name} is sized from {', '.join(sorted(read))}, prepared before it is "
+                "made (its loaders are used first): if its sizes count batches, they count one "
+                "rank's shard (N times fewer) while a prepared scheduler steps N times per "
+                f"call, so the schedule ends N times too soon; multiply those counts by "
                 f"{ctx.a('num_processes')}, or compute them from the loaders before they are "
                 "prepared",
             )
-            continue
-        factor = ctx.a("num_processes")
-        for length in lengths:
-            code = f"({ctx.code(length)} * {factor})"
-            ctx.plan.replace(
-                length,
-                lambda _node, code=code: cst.parse_expression(code),
-                binding.line,
-                f"{ctx.code(length)} -> {code}: {binding.name} is made after {shown} is "
-                "prepared (used before it is made), so the length is one rank's shard, and a "
-                "prepared scheduler steps num_processes times per call: sized in all ranks' "
-                "steps, its schedule is the original's",
-                anywhere=True,
-            )
-
-
-def _lengths_of(value: cst.CSTNode, loaders: set[str]) -> list[cst.Call]:
-    """The ``len(loader)`` calls (``len(loaders["train"])`` of a dict of them) under ``value``
-    of one of ``loaders``."""
-    found = []
-    for node in walk(value):
-        if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
-            argument = node.args[0].value
-            if isinstance(argument, cst.Subscript):
-                argument = argument.value
-            if isinstance(argument, cst.Name) and argument.value in loaders:
-                found.append(node)
-    return found
 
 
 def _read_through(ctx: Context, earlier: list[cst.CSTNode], value: cst.CSTNode) -> set[str]:

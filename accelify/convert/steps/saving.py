@@ -85,9 +85,14 @@ def _project_writers(ctx: Context) -> None:
             if (held := _held_object(argument.value)) is not None
             and (kind := flow.kind_of(held, call)) in (Kind.MODEL, Kind.OPTIMIZER)
         }
-        if not handed:
+        if saver is not None and saver.guardable and _saved_once(ctx, call, name, saver):
             continue
-        if saver is not None and _saved_once(ctx, call, name, saver):
+        if not handed and saver is not None:
+            # ``save_checkpoint({"model": model.state_dict(), ...}, is_best, path)``: what it
+            # saves is built at the call, but every rank still writes the file
+            _review_a_saver_left_on_every_rank(ctx, call, name, saver)
+            continue
+        if not handed:
             continue
         models = [
             held
@@ -110,6 +115,31 @@ def _project_writers(ctx: Context) -> None:
             f"writes it (N writes racing on one path){prefix}; call it under "
             f"`if {ctx.a('is_main_process')}:` after {ctx.a('wait_for_everyone')}(){unwrap}",
         )
+
+
+def _review_a_saver_left_on_every_rank(
+    ctx: Context, call: cst.Call, name: str, saver: StateSaver
+) -> None:
+    """The review line of a call of a saving function of another module (`StateSaver`) that is
+    left running on every rank: what to do depends on whether the function does more than
+    save (then only its save may move to the main process, inside it)."""
+    if saver.guardable:
+        todo = (
+            f"make it a statement every rank reaches, and call it under "
+            f"`if {ctx.a('is_main_process')}:` after {ctx.a('wait_for_everyone')}()"
+        )
+    else:
+        todo = (
+            "it does more than save (something another rank may need), so the call stays on "
+            "every rank: put its torch.save under `if PartialState().is_main_process:` there"
+        )
+    ctx.plan.review(
+        ctx.line(call),
+        f"{name}() is a function of another module that saves what it is handed "
+        f"({saver.where}): every rank calls it, so every rank writes its file (N writes racing "
+        f"on one path); {todo}, and have every rank wait ({ctx.a('wait_for_everyone')}()) "
+        "after the call before any rank reads the file back",
+    )
 
 
 def _project_object_savers(ctx: Context) -> None:
@@ -244,13 +274,27 @@ def _saved_once(ctx: Context, call: cst.Call, name: str, saver: StateSaver) -> b
     )
     # the helper's own ``model.state_dict()`` is out of the conversion's reach: DDP's is whole,
     # FSDP's and ZeRO-3's is this rank's shard and gathering it needs every rank
-    ctx.plan.review(
-        ctx.line(call),
-        f"{name}() takes the model's state itself ({saver.where}), now on the main process "
-        "alone: right under DDP, but under FSDP or ZeRO-3 that state is sharded and gathering "
-        f"it needs every rank; for those, have it take {ctx.a('get_state_dict')}(model), "
-        "called on every rank, instead",
-    )
+    if saver.saved:
+        ctx.plan.review(
+            ctx.line(call),
+            f"{name}() takes the model's state itself ({saver.where}), now on the main process "
+            "alone: right under DDP, but under FSDP or ZeRO-3 that state is sharded and "
+            f"gathering it needs every rank; for those, have it take "
+            f"{ctx.a('get_state_dict')}(model), called on every rank, instead",
+        )
+    elif any(
+        isinstance(node, cst.Attribute) and node.attr.value == "state_dict"
+        for argument in call.args
+        for node in walk(argument.value)
+    ):  # ``save_checkpoint({"model": model.state_dict(), ...}, ...)``: taken at the call
+        ctx.plan.review(
+            ctx.line(call),
+            f"{name}() saves what it is handed ({saver.where}), and the state_dict() calls in "
+            "its arguments now run on the main process alone: right under DDP, but under FSDP "
+            "or ZeRO-3 that state is sharded and gathering it needs every rank; for those, "
+            f"take {ctx.a('get_state_dict')}(model) into a name on every rank before "
+            f"{ctx.a('wait_for_everyone')}() and hand that name to {name}()",
+        )
     if acc == ctx.acc:
         ctx.need(line)
         for place in places:
@@ -278,7 +322,7 @@ def _unwrap_models_a_saver_is_handed(
             continue
         held = dotted(argument.value)
         if (
-            parameter not in saver.saved
+            parameter not in saver.saved | saver.whole
             or held is None
             or not ctx.facts.flow.is_model_name(held, call)
         ):

@@ -384,12 +384,20 @@ def _overridden_apart(ctx: Context, member: str) -> bool:
     return False
 
 
+#: ``nn.Module`` methods whose result names the model's own members: on a DDP wrapper each name
+#: starts with ``module.`` (``module.fc.weight``), so a printed list of parameter names, a
+#: weight-decay split or a freeze matched by name after prepare reads other names than on one
+#: process. Read through ``unwrap_model`` they are the model's own (on one process it returns
+#: the model itself: what is printed is unchanged).
+NAMED_MEMBERS = frozenset({"state_dict", "named_parameters", "named_buffers", "named_modules"})
+
+
 def _attributes(ctx: Context) -> None:
     for attribute in ctx.facts.placement.attributes():
         member = attribute.attr.value
         if (
             member in names.MODULE_API
-            and member not in ("state_dict", "load_state_dict")
+            and member not in NAMED_MEMBERS | {"load_state_dict"}
             and not _overridden_apart(ctx, member)
         ):
             continue
@@ -412,6 +420,10 @@ def _attributes(ctx: Context) -> None:
             continue
         if not ctx.after_prepare(attribute, dotted(owner)):
             continue
+        if member in NAMED_MEMBERS - {"state_dict"} and not _surely_after_prepare(
+            ctx, attribute, dotted(owner)
+        ):
+            continue  # a list of names read before prepare (an optimizer's groups): as it is
         if _is_binding_target(ctx, attribute):
             if not _set_on_the_wrapper(owner):
                 continue
@@ -427,6 +439,54 @@ def _attributes(ctx: Context) -> None:
             gives_way_to=[owner],  # ``model.module`` already unwrapped
         )
         _unread_method_in_training(ctx, owner, attribute)
+
+
+def _surely_after_prepare(ctx: Context, node: cst.CSTNode, name: str | None) -> bool:
+    """``node`` runs after the prepare of ``name`` as far as the file shows: below it in the
+    prepare's own scope, or in a function every call of which is (`Context.after_prepare` also
+    takes any other function for after: right for a state dict, which unwrapping leaves the
+    same on an unprepared model, but a weight-decay split a factory builds before prepare
+    would gain an accelerator parameter for nothing)."""
+    anchor = ctx.prepared_after.get(name or "", ctx.prepare_anchor)
+    if anchor is None:
+        return False
+    scope = ctx.model.scope_of(anchor)
+    if ctx.model.scope_of(node) is scope:
+        return ctx.model.line(node) > ctx.model.line(anchor)
+    function = ctx.facts.placement.enclosing_function(node)
+    if function is None:
+        return False
+    graph = ctx.facts.calls
+    if (
+        isinstance(scope, cst.FunctionDef)
+        and scope.name.value == "__init__"
+        and graph.owner(scope) is not None
+        and graph.owner(function) is graph.owner(scope)
+    ):  # another method of the class that prepares in __init__: run on a made instance,
+        # unless __init__ itself reaches it
+        return function not in _reached_from(ctx, scope)
+    if graph.uncertain_callers(function):
+        return False
+    callers = graph.callers(function)
+    return bool(callers) and all(
+        ctx.model.scope_of(call) is scope and ctx.model.line(call) > ctx.model.line(anchor)
+        for call in callers
+    )
+
+
+def _reached_from(ctx: Context, function: cst.FunctionDef) -> set[cst.FunctionDef]:
+    """The functions of the file a call in ``function`` runs, directly or through others."""
+    found: set[cst.FunctionDef] = set()
+    todo = [function]
+    while todo:
+        current = todo.pop()
+        for node in walk(current):
+            if isinstance(node, cst.Call):
+                for target in ctx.facts.calls.targets(node):
+                    if target not in found:
+                        found.add(target)
+                        todo.append(target)
+    return found
 
 
 def _unread_method_in_training(
