@@ -959,9 +959,24 @@ class CallGraph:
         for assign in self.index.assignments_to(name):
             if wanted is not None and self.index.enclosing_class_name(assign) != wanted:
                 continue
-            found = self._made_by(assign.value, depth=2) or self._narrowed_class(assign) or found
+            found = (
+                self._made_by(assign.value, depth=2)
+                or self._narrowed_class(assign)
+                or self._kept_parameter_class(assign, wanted)
+                or found
+            )
         self._instances[key] = found
         return found
+
+    def _kept_parameter_class(self, assign: cst.Assign, wanted: str | None) -> str | None:
+        """``self.early_stopping = early_stopping`` in ``Trainer.__init__``, where every
+        ``Trainer(...)`` of the file hands it an ``EarlyStopping(...)``: the attribute holds
+        that instance, so ``self.early_stopping(loss, self.model)`` runs its ``__call__`` (which
+        must see the prepared model it is handed, to unwrap what it saves)."""
+        if wanted is None or not isinstance(assign.value, cst.Name):
+            return None
+        owner = self._parameter_class(assign.value.value, assign, depth=2)
+        return None if owner is None else owner.name.value
 
     def made_by(self, value: cst.BaseExpression) -> str | None:
         """The class of this file ``value`` makes: ``Trainer(...)`` (also moved, ``.to(d)``),

@@ -961,13 +961,43 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
             found.gathered.append(name)
         else:
             _add_fields(found, fields, taken)
-    if not _reads_a_tensor_dataset(found.loop, facts):
-        found.apart = [
-            name
-            for name in found.gathered
-            if name not in outputs and not _used_as_a_tensor(name, found.loop, facts)
-        ]
+    tensor_batches = _reads_a_tensor_dataset(found.loop, facts)
+    found.apart = [
+        name
+        for name in found.gathered
+        if (
+            _made_into_a_tensor(name, found.loop, facts)
+            if name in outputs
+            else not tensor_batches and not _used_as_a_tensor(name, found.loop, facts)
+        )
+    ]
     return None
+
+
+#: Calls that build a tensor from Python data: a value handed to one is a list or a number.
+_TENSOR_BUILDERS = frozenset(
+    [
+        *(f"torch.{n}" for n in ("tensor", "as_tensor", "Tensor", "LongTensor", "FloatTensor")),
+        *("numpy.array", "numpy.asarray"),
+    ]
+)
+
+
+def _made_into_a_tensor(name: str, loop: Loop, facts: Facts) -> bool:
+    """The loop hands a forward's output to ``torch.tensor(...)`` (or ``np.array``): a
+    predicting method that returns a list (``labels = model.decode(x)``, then
+    ``torch.tensor(labels)``). Gathered in one tuple with a tensor, the pair is gathered as
+    objects and comes back as one list, not the two values unpacked from it; gathered on its
+    own, the ranks' lists are joined into one."""
+    model = facts.model
+    return any(
+        isinstance(node, cst.Call)
+        and node.args
+        and isinstance(node.args[0].value, cst.Name)
+        and node.args[0].value.value == name
+        and model.qualified(node.func) & _TENSOR_BUILDERS
+        for node in walk(loop.node.body)
+    )
 
 
 def _reads_the_models_loss(forward: cst.Call, model: ScriptModel) -> bool:

@@ -1151,6 +1151,9 @@ class SharedFiles:
             template = _template(path)
             if template is not None:
                 spellings.add(template)
+            joined = _joined(path, self.model)
+            if joined is not None:
+                spellings.add(joined)
             return spellings
         if isinstance(path, cst.Attribute):
             # ``self.path`` set in its class (``self.path = path``): the value's spellings too,
@@ -1167,6 +1170,12 @@ class SharedFiles:
             return spellings
         if not isinstance(path, cst.Name):
             return spellings
+        opened = self._opened_path(path)
+        if opened is not None:
+            # ``torch.load(f)`` in ``with open(path, "rb") as f:`` reads ``path``: spelled as
+            # the handle, two ``f`` of one function would be one file and a save through ``f``
+            # and a load through ``fh`` two
+            return self._spellings(opened, depth + 1)
         values = self._values_of(path.value, path)
         function = self._parameter_owner(path.value, path)
         listed = False
@@ -1188,6 +1197,47 @@ class SharedFiles:
             for value in values:
                 spellings |= self._spellings(value, depth + 1)
         return spellings
+
+    def opened_at(self, read: cst.Call) -> cst.CSTNode:
+        """Where ``read`` opens its file: the ``with open(path) as f:`` whose handle it reads
+        (``torch.load(f)``), else the call itself. A barrier before the read goes before the
+        ``with``: inside it the file is already open, and a rank past the barrier reads what
+        it opened before the main process wrote it (or finds no file at all)."""
+        path = _path(self.model, read, READERS, READING_METHODS)
+        if isinstance(path, cst.Name):
+            found = self._opener(path)
+            if found is not None:
+                return found[0]
+        return read
+
+    def opened_path(self, path: cst.BaseExpression) -> cst.BaseExpression:
+        """The path a file handle ``f`` of ``with open(path) as f:`` was opened with, else
+        ``path`` itself: what a summary names."""
+        opened = self._opened_path(path) if isinstance(path, cst.Name) else None
+        return path if opened is None else opened
+
+    def _opened_path(self, handle: cst.Name) -> cst.BaseExpression | None:
+        found = self._opener(handle)
+        return None if found is None else found[1]
+
+    def _opener(self, handle: cst.Name) -> tuple[cst.With, cst.BaseExpression] | None:
+        """The ``with open(path, ...) as handle:`` around ``handle``, with its path."""
+        for ancestor in self.model.ancestors(handle):
+            if not isinstance(ancestor, cst.With):
+                continue
+            for item in ancestor.items:
+                opener = item.item
+                if (
+                    item.asname is not None
+                    and isinstance(item.asname.name, cst.Name)
+                    and item.asname.name.value == handle.value
+                    and isinstance(opener, cst.Call)
+                    and "builtins.open" in self.model.call_names(opener)
+                    and opener.args
+                    and opener.args[0].keyword is None
+                ):
+                    return ancestor, opener.args[0].value
+        return None
 
     def _constant_path(self, path: cst.BaseExpression) -> str | None:
         """The file a path made of constants only names, normalised: ``'best' + '_LSTM.pt'``
@@ -1620,6 +1670,43 @@ def _template(path: cst.BaseExpression) -> str | None:
     if "{}" not in text or not re.sub(r"\{\}|\s", "", text):
         return None
     return f"template:{text}"
+
+
+def _joined(path: cst.BaseExpression, model: ScriptModel) -> str | None:
+    """The parts of a path joined by ``/``, each a constant's text or a value's code:
+    ``os.path.join(args.out, "model.pt")`` saved and ``f"{args.out}/model.pt"`` loaded are both
+    ``joined:args.out/model.pt``. None for any other shape (a conversion or format spec in the
+    f-string, a part that is not a plain string)."""
+    parts: list[str] = []
+    if isinstance(path, cst.Call) and model.call_names(path) & {"os.path.join"}:
+        for argument in path.args:
+            if argument.star or argument.keyword is not None:
+                return None
+            value = argument.value
+            if isinstance(value, cst.SimpleString):
+                parts.append(str(value.evaluated_value))
+            elif isinstance(value, (cst.Name, cst.Attribute)):
+                parts.append(model.module.code_for_node(value).strip())
+            else:
+                return None
+        text = "/".join(parts)
+    elif isinstance(path, cst.FormattedString):
+        for part in path.parts:
+            if isinstance(part, cst.FormattedStringText):
+                parts.append(part.value)
+            elif (
+                part.conversion is None
+                and part.format_spec is None
+                and isinstance(part.expression, (cst.Name, cst.Attribute))
+            ):
+                parts.append(model.module.code_for_node(part.expression).strip())
+            else:
+                return None
+        text = "".join(parts)
+    else:
+        return None
+    text = re.sub(r"/+", "/", text).removeprefix("./")
+    return f"joined:{text}" if "/" in text else None
 
 
 def _parameters(function: cst.FunctionDef | cst.Lambda) -> set[str]:

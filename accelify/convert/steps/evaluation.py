@@ -185,7 +185,7 @@ def _gather(ctx: Context, evaluation: Evaluation) -> bool:
         *gather_for_metrics(evaluation.statement, gathers, renamed, extract),
         line=ctx.line(evaluation.statement),
         text=f"evaluation: {', '.join(targets)} gathered from every rank (gather_for_metrics)"
-        + _gathered_apart(apart)
+        + _gathered_apart(apart, evaluation.outputs)
         + _kept_local(ctx, evaluation)
         + _padded(evaluation),
         anywhere=acc != ctx.acc,
@@ -207,14 +207,25 @@ def _padded(evaluation: Evaluation) -> str:
     )
 
 
-def _gathered_apart(apart: list[str]) -> str:
+def _gathered_apart(apart: list[str], outputs: list[str]) -> str:
     if not apart:
         return ""
-    its = "its" if len(apart) == 1 else "their"
-    return (
-        f"; {', '.join(apart)} on {its} own: never read as a tensor, it may be a list, which "
-        "a tuple would gather as objects"
-    )
+    made = [name for name in apart if name in outputs]
+    read = [name for name in apart if name not in outputs]
+    text = ""
+    if read:
+        its = "its" if len(read) == 1 else "their"
+        text += (
+            f"; {', '.join(read)} on {its} own: never read as a tensor, it may be a list, "
+            "which a tuple would gather as objects"
+        )
+    if made:
+        its = "its" if len(made) == 1 else "their"
+        text += (
+            f"; {', '.join(made)} on {its} own: the forward's output is made a tensor later "
+            "(torch.tensor), so it is a list here, which a tuple would gather as objects"
+        )
+    return text
 
 
 def _kept_local(ctx: Context, evaluation: Evaluation) -> str:

@@ -19,10 +19,16 @@ from accelify.edits import rewrites
 
 
 def run(ctx: Context) -> None:
+    opened: set[int] = set()
     for shared in ctx.facts.shared_files.read_back:
         if shared.per_process is not None:
             _kept_on_every_rank(ctx, shared)
-        else:
+            continue
+        # ``with open(p, "rb") as f: torch.load(f)``: the open and the load read one file,
+        # from one place (before the ``with``): one barrier, one line of the summary
+        at = ctx.statement_of(ctx.facts.shared_files.opened_at(shared.read))
+        if id(at) not in opened:
+            opened.add(id(at))
             _barrier_before_read(ctx, shared)
     for download in ctx.facts.shared_files.downloads:
         _download_once(ctx, download)
@@ -152,8 +158,9 @@ def _effects_only(node: cst.CSTNode) -> bool:
 
 def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
     read, write = shared.read, shared.write
-    places = ctx.facts.ranks.barrier_places(ctx.statement_of(read))
-    path = ctx.code(shared.path)
+    opened = ctx.facts.shared_files.opened_at(read)
+    places = ctx.facts.ranks.barrier_places(ctx.statement_of(opened))
+    path = ctx.code(ctx.facts.shared_files.opened_path(shared.path))
     if any(ctx.facts.placement.inside(write, place) for place in places):
         ctx.review_at(
             read,
