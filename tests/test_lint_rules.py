@@ -1701,3 +1701,25 @@ def test_a_trainers_state_loaded_on_one_rank_is_explained_by_what_it_is(loaded, 
     found = the_finding(code, "ACC213")
     assert (found.line, reason in found.message) == (14, True), found.message
     assert "outside the rank test at line 12" in found.message
+
+
+def test_a_dict_of_loaders_prepared_whole_is_told_to_prepare_its_entries():
+    """``accelerator.prepare(loaders)`` of a dict hands the dict back as it is: the advice is
+    not "pass it to prepare" (it was) but the same call with the entries the file reads (run on
+    2 ranks, fixtures/lint/projects/loader_dict_of_another_module_prepared_by_entry_good)."""
+    finding = the_finding(
+        "import torch\nfrom accelify import Accelerator\naccelerator = Accelerator()\n"
+        'loaders = {"train": torch.utils.data.DataLoader(data, batch_size=8)}\n'
+        "model, optimizer, loaders = accelerator.prepare(model, optimizer, loaders)\n"
+        'for x, y in loaders["train"]:\n'
+        "    accelerator.backward(model(x).sum())\n"
+        "    optimizer.step()\n",
+        "ACC401",
+        line=6,
+    )
+    assert "accelerator.prepare hands a dict back as it is (line 5)" in finding.message
+    assert (
+        '`model, optimizer, loaders["train"] = accelerator.prepare(model, optimizer, '
+        'loaders["train"])`'
+    ) in finding.message
+    assert "Pass DataLoader" not in finding.message
