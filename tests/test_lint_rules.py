@@ -251,9 +251,34 @@ def test_a_backward_no_accelerator_reaches_is_told_what_to_add():
         "ACC301",
     )
     assert (
-        "fit() has no Accelerator: add an `accelerator` parameter and have its callers "
-        "hand it theirs (`accelerator` at line 8)"
+        "fit() has no Accelerator: add an `accelerator` parameter and have the calls that have "
+        "one hand it theirs (`accelerator` at line 8)"
     ) in helper.message
+    assert "has none" not in helper.message
+
+
+def test_a_backward_helper_names_only_the_calls_that_have_an_accelerator():
+    """A helper called with prepared objects and also by a single-device baseline that has no
+    accelerator: the advice names the call that can hand one, and tells the other apart (a
+    default of None, the plain backward kept there), not "its callers hand it theirs"."""
+    helper = the_finding(
+        "from accelify import Accelerator\n"
+        "def fit(net, batches, opt):\n"
+        "    for x, y in batches:\n"
+        "        (net(x) - y).pow(2).mean().backward()\n"
+        "def baseline():\n"
+        "    fit(net, data, opt)\n"
+        "def main():\n"
+        "    accelerator = Accelerator()\n"
+        "    model, optimizer, loader = accelerator.prepare(net, opt, data)\n"
+        "    fit(model, loader, optimizer)\n",
+        "ACC301",
+    )
+    assert "have the calls that have one hand it theirs (`accelerator` at line 10)" in (
+        helper.message
+    )
+    assert "the call at line 6 has none: default the parameter to None for it" in helper.message
+    assert "line 6)" not in helper.message and "at line 6," not in helper.message
 
 
 def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
