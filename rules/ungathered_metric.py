@@ -238,6 +238,40 @@ _TUPLE_EVAL = (
 )
 
 
+#: A helper returning this rank's predictions, gathered by one call each epoch and, after
+#: the epochs, called again (``{final}``).
+_EVALUATED_TWICE = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "\n"
+    "\n"
+    "def evaluate(model, loader):\n"
+    "    model.eval()\n"
+    "    preds = []\n"
+    "    with torch.no_grad():\n"
+    "        for x, y in loader:\n"
+    "            preds.append(model(x).argmax(-1))\n"
+    "    return torch.cat(preds)\n"
+    "\n"
+    "\n"
+    "def main(model, optimizer, train_set, eval_set):\n"
+    "    accelerator = Accelerator()\n"
+    "    train_loader = torch.utils.data.DataLoader(train_set, batch_size=8)\n"
+    "    eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=8)\n"
+    "    model, optimizer, train_loader, eval_loader = accelerator.prepare(\n"
+    "        model, optimizer, train_loader, eval_loader\n"
+    "    )\n"
+    "    for epoch in range(3):\n"
+    "        for x, y in train_loader:\n"
+    "            accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+    "            optimizer.step()\n"
+    "            optimizer.zero_grad()\n"
+    "        preds = accelerator.gather_for_metrics(evaluate(model, eval_loader))\n"
+    "        accelerator.print(epoch, len(preds))\n"
+    "{final}    accelerator.print(len(final))\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -254,11 +288,16 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # the helper is right for the call that gathers: the call that leaves it is the bug
+        Example(
+            _EVALUATED_TWICE.format(final="    final = evaluate(model, eval_loader)\n"), 28, 13
+        ),
         # one place of a helper's returned tuple read ungathered (`evaluate(...)[0]`)
         Example(
             _TUPLE_EVAL.format(read="        preds = evaluate(model, eval_loader)[0]\n"), 10, 13
         ),
-        # one call of the helper is read unchanged: its predictions are this rank's alone
+        # one call of the helper is read unchanged: its predictions are this rank's alone,
+        # reported at that call (the helper is right for the call that gathers)
         Example(
             "import torch\nfrom accelerate import Accelerator\n\n\n"
             "def evaluate(model, loader):\n"
@@ -271,8 +310,8 @@ class UngatheredMetric(Rule):
             "model, loader = accelerator.prepare(model, loader)\n"
             "preds = accelerator.gather_for_metrics(evaluate(model, loader))\n"
             "print(len(evaluate(model, loader)))\n",
-            9,
-            13,
+            16,
+            11,
         ),
         # gradients turned off inside the loop's body: an evaluation through the step function
         Example(_STEP_WITH_GRADIENTS_OFF.format(after="print(total / len(test_loader))\n"), 19, 5),
@@ -705,6 +744,9 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        _EVALUATED_TWICE.format(
+            final="    final = accelerator.gather_for_metrics(evaluate(model, eval_loader))\n"
+        ),
         # the predictions' place of a helper's returned tuple gathered at the call
         # (`gather_for_metrics(evaluate(...)[0])`); its labels, per rank, are never read
         _TUPLE_EVAL.format(
@@ -1104,6 +1146,7 @@ class UngatheredMetric(Rule):
         accelerators = script.names_of(Kind.ACCELERATOR)
         all_calls = calls(script)
         yield from self._left_by_this_caller(script)
+        reported_calls: set[int] = set()
         for evaluation in facts.evaluations:
             loop = evaluation.loop
             forward = _evaluation_forward(script, facts, loop)
@@ -1115,11 +1158,22 @@ class UngatheredMetric(Rule):
             values = _RankValues(
                 script, loop, _assigned_in(loop.node.body) | loop.batch_names, accelerators
             )
-            found = [
-                (target, node)
-                for target, node in _per_rank_totals(script, loop, values, all_calls)
-                if not _reduced_by_callers(script, facts, loop, target, all_calls, accelerators)
-            ]
+            found = []
+            for target, node in _per_rank_totals(script, loop, values, all_calls):
+                split = _split_callers(script, facts, loop, target)
+                if split is not None:  # some calls gather it: the others are the bug
+                    slot, left, gathering = split
+                    for call in left:
+                        if id(call) not in reported_calls:
+                            reported_calls.add(id(call))
+                            where = f"line {script.line(node)}"
+                            function = facts.placement.enclosing_function(loop.node)
+                            assert function is not None
+                            yield self._left_call(
+                                script, call, slot, function.name.value, gathering, where
+                            )
+                elif not _reduced_by_callers(script, facts, loop, target, all_calls, accelerators):
+                    found.append((target, node))
             if not found:
                 continue
             # the metric's line: the first total fed after the model's forward (the
@@ -1191,23 +1245,37 @@ class UngatheredMetric(Rule):
                 continue  # the cheap test first: the helper is analysed only past it
             for slot, line in _helper_totals(script, module, member):
                 left = [call for call in sites if not _combined_at(script, call, slot)]
-                gathering = [call for call in sites if call not in left]
+                gathering = [call for call in sites if all(call is not other for other in left)]
                 if not left or not gathering:
                     continue
-                accelerator = accelerator_name(script, left[0])
+                where = f"{_relative(module, project.path)}:{line}"
                 for call in left:
-                    what = _bound_at(script, call, slot) or f"what {member}() returns"
-                    yield self.finding(
-                        script,
-                        call,
-                        message=(
-                            f"Gather {what} with {accelerator}.gather_for_metrics(...), as the "
-                            f"call at line {script.line(gathering[0])} does: {member}() "
-                            f"returns this rank's batches only ({_relative(module, project.path)}"
-                            f":{line} collects them per rank)"
-                        ),
-                    )
+                    yield self._left_call(script, call, slot, member, gathering[0], where)
                 break
+
+    def _left_call(
+        self,
+        script: ScriptModel,
+        call: cst.Call,
+        slot: tuple[int, int] | None,
+        member: str,
+        gathering: cst.Call,
+        where: str,
+    ) -> Finding:
+        """The finding at a call of an evaluation helper that leaves its per-rank result
+        ungathered, where ``gathering`` gathers another call of it; ``where`` names the
+        helper's line that collects it."""
+        accelerator = accelerator_name(script, call)
+        what = _bound_at(script, call, slot) or f"what {member}() returns"
+        return self.finding(
+            script,
+            call,
+            message=(
+                f"Gather {what} with {accelerator}.gather_for_metrics(...), as the call at "
+                f"line {script.line(gathering)} does: {member}() returns this rank's batches "
+                f"only ({where} collects them per rank)"
+            ),
+        )
 
     def _gathered_over_a_whole_loader(
         self, script: ScriptModel, facts: Facts, loop: Loop, accelerators: set[str]
@@ -2437,6 +2505,27 @@ def _helper_totals(
             if slot is not False and "." not in target:
                 found.append((slot, helper.line(node)))
     return found
+
+
+def _split_callers(
+    script: ScriptModel, facts: Facts, loop: Loop, target: str
+) -> tuple[tuple[int, int] | None, list[cst.Call], cst.Call] | None:
+    """The loop's function returns the total ``target`` (whole, or at one place of a tuple),
+    and the file's calls of it part: some gather what it returns, some leave it (the place of
+    the total, the calls that leave it, the first that gathers). The helper is right for the
+    calls that gather; those that leave it are the bug. None otherwise."""
+    function = facts.placement.enclosing_function(loop.node)
+    if function is None or "." in target:
+        return None
+    slot = _returned_slot(script, function, target)
+    if slot is False:
+        return None
+    sites = [call for call, _ in facts.flow.calls_of(function)]
+    left = [call for call in sites if not _combined_at(script, call, slot)]
+    gathering = [call for call in sites if all(call is not other for other in left)]
+    if not left or not gathering:
+        return None
+    return slot, left, gathering[0]
 
 
 def _bound_at(script: ScriptModel, call: cst.Call, slot: tuple[int, int] | None) -> str | None:
