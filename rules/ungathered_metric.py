@@ -9,7 +9,7 @@ from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
-from accelify.analysis.outside_callers import ProjectView, project_calls
+from accelify.analysis.outside_callers import ProjectView
 from accelify.analysis.project_modules import read
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.returned_values import held_by_callers, returned_tuples, unpacked_slot
@@ -1237,7 +1237,7 @@ class UngatheredMetric(Rule):
         if project is None:
             return
         by_member: dict[tuple[Path, str], list[cst.Call]] = {}
-        for call, module, member in project_calls(script, project.path):
+        for call, module, member in facts_of(script).project_calls:
             if "." not in member:  # a method: the instance's class is not followed here
                 by_member.setdefault((module.resolve(), member), []).append(call)
         for (module, member), sites in by_member.items():

@@ -14,19 +14,38 @@ question (`repeated_effects`), and so is what its arguments compute
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis import side_effects
-from accelify.analysis.outside_callers import Load, handed_calls, project_calls
+from accelify.analysis import names, side_effects
+from accelify.analysis.outside_callers import Load, handed_calls
 from accelify.analysis.project_modules import read
 from accelify.analysis.syntax import dotted, top_level_functions
 
 if TYPE_CHECKING:
     from accelify.analysis.script_model import ScriptModel
+
+
+#: A name a file-writing call ends with (`names.FILE_WRITERS`, `names.TORCH_SAVE`,
+#: `names.FILE_WRITING_METHODS`) or ``open(``: a module whose text has none writes nothing.
+_WRITING_WORDS = re.compile(
+    rb"\bopen\(|\b(?:"
+    + b"|".join(
+        re.escape(word.encode())
+        for word in sorted(
+            {
+                name.rpartition(".")[2]
+                for name in names.FILE_WRITERS | names.TORCH_SAVE | names.FILE_WRITING_METHODS
+            }
+        )
+    )
+    + rb")\b"
+)
 
 
 @dataclass(frozen=True)
@@ -47,10 +66,13 @@ class HelperWrite:
         )
 
 
-def helper_writes(model: ScriptModel) -> list[HelperWrite]:
+def helper_writes(
+    model: ScriptModel, calls_into_project: Iterable[tuple[cst.Call, Path, str]]
+) -> list[HelperWrite]:
     """The calls of ``model`` that are statements of their own and run a top-level function of
     another project module that writes files whoever runs it and needs no other rank (see the
-    module docstring). Each such module is analysed alone, once (`ProjectView.load_alone`)."""
+    module docstring), among ``calls_into_project`` (`Facts.project_calls`). Each such module is
+    analysed alone, once (`ProjectView.load_alone`)."""
     project = model.project
     if project is None:
         return []
@@ -60,7 +82,7 @@ def helper_writes(model: ScriptModel) -> list[HelperWrite]:
     here = project.path.resolve()
     found: list[HelperWrite] = []
     known: dict[tuple[Path, str], tuple[tuple[str, int], ...]] = {}
-    for call, module, member in project_calls(model, project.path):
+    for call, module, member in calls_into_project:
         if "." in member or module.resolve() == here:
             continue  # a method: the instance's class is not followed here
         if not isinstance(model.parent(call), cst.Expr):
@@ -86,8 +108,9 @@ def _writes_of(load: Load, module: Path, member: str) -> tuple[tuple[str, int], 
     """What ``member`` of ``module`` writes on every rank that calls it, when it needs no other
     rank (empty otherwise, and for a module that does not parse or holds an accelerator: its
     own analysis judges it)."""
-    if f"def {member}".encode() not in read(module):
-        return ()
+    text = read(module)
+    if f"def {member}".encode() not in text or _WRITING_WORDS.search(text) is None:
+        return ()  # (most helpers called as statements write nothing: not analysed)
     helper = load(module)
     if helper is None or helper.uses_accelerator:
         return ()

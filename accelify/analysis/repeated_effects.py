@@ -22,8 +22,9 @@ function that reaches ``prepare``, ``backward`` or a collective must never run o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import libcst as cst
 
@@ -62,6 +63,7 @@ def repeated_effects(
     guards: BackendGuards,
     synchronising: Synchronising,
     files: SharedFiles,
+    calls_into_project: Iterable[tuple[cst.Call, Path, str]] = (),
 ) -> list[RepeatedEffect]:
     found: list[RepeatedEffect] = []
     judge = _Judge(model, placement, guards, synchronising)
@@ -90,7 +92,7 @@ def repeated_effects(
         if effects:
             reported_opens.add(id(opened))
         found += effects
-    for helper in helper_writes(model):
+    for helper in helper_writes(model, calls_into_project):
         found += [replace(effect, helper=helper) for effect in judge.effects(helper.call)]
     return found
 
