@@ -141,6 +141,67 @@ _BEST_CHECKPOINT = (
 )
 
 
+#: A base trainer's fit evaluating on the main process through ``self.evaluate()``, which a
+#: subclass overrides (``{evaluate}``: how the override ends).
+_SUBCLASS_EVALUATES = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "\n"
+    "\n"
+    "class Base:\n"
+    "    def __init__(self, model, optimizer, loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer, self.loader = self.accelerator.prepare("
+    "model, optimizer, loader)\n"
+    "\n"
+    "    def evaluate(self):\n"
+    "        return 0.0\n"
+    "\n"
+    "    def fit(self):\n"
+    "        for x in self.loader:\n"
+    "            self.accelerator.backward(self.model(x).sum())\n"
+    "            self.optimizer.step()\n"
+    "        if self.accelerator.is_main_process:\n"
+    "            print(self.evaluate())\n"
+    "\n"
+    "\n"
+    "class Trainer(Base):\n"
+    "    def evaluate(self):\n"
+    "        total = torch.zeros(1, device=self.accelerator.device)\n"
+    "        for x in self.loader:\n"
+    "            total += self.model(x).sum()\n"
+    "{evaluate}\n"
+    "\n"
+    "Trainer(model, optimizer, loader).fit()\n"
+)
+
+
+#: A trainer whose flag is set with setattr (``{flag}``) and tested around a barrier.
+_FLAG_SET_BY_SETATTR = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "\n"
+    "\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer, loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "{flag}"
+    "        self.model, self.optimizer, self.loader = self.accelerator.prepare("
+    "model, optimizer, loader)\n"
+    "\n"
+    "    def fit(self):\n"
+    "        for x in self.loader:\n"
+    "            self.accelerator.backward(self.model(x).sum())\n"
+    "            self.optimizer.step()\n"
+    "        if self.is_main:\n"
+    "            self.accelerator.wait_for_everyone()\n"
+    '            print("done")\n'
+    "\n"
+    "\n"
+    "Trainer(model, optimizer, loader).fit()\n"
+)
+
+
 class CollectiveOnSomeRanks(Rule):
     """A collective (``wait_for_everyone``, ``gather``, ``reduce``, ``main_process_first``,
     ``save_state`` under DeepSpeed/FSDP or accelify's runtime, ``get_state_dict`` under FSDP
@@ -165,6 +226,22 @@ class CollectiveOnSomeRanks(Rule):
     )
     why = "Collectives complete only when every rank calls them."
     bad = (
+        # the subclass's override reduces: a Trainer's fit runs it on the main process only
+        Example(
+            _SUBCLASS_EVALUATES.format(
+                evaluate="        return self.accelerator.reduce(total).item()\n"
+            ),
+            18,
+            19,
+        ),
+        # the main-process flag set through setattr is a rank test all the same
+        Example(
+            _FLAG_SET_BY_SETATTR.format(
+                flag='        setattr(self, "is_main", self.accelerator.is_main_process)\n'
+            ),
+            16,
+            13,
+        ),
         # a DDP model with a BatchNorm evaluated on the main process only: DDP's forward
         # broadcasts the buffers from rank 0 (eval mode and no_grad too), the others never join
         Example(_BUFFERED + _EVALUATE + _MAIN_ONLY.format(model="model"), 27, 11),
@@ -442,6 +519,10 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # the override sums this rank's batches and combines nothing: no collective
+        _SUBCLASS_EVALUATES.format(evaluate="        return total.item()\n"),
+        # a flag setattr sets to a setting, the same on every rank
+        _FLAG_SET_BY_SETATTR.format(flag='        setattr(self, "is_main", args.sync_at_end)\n'),
         # the same trainer where the script names no sharding engine: under DDP every rank
         # holds the whole model, and get_state_dict is no collective
         _BEST_CHECKPOINT.format(imports="", plugin=""),

@@ -109,7 +109,7 @@ class DeleteOnEveryRank(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         in_view = backends_in_view(script)
         for effect in facts_of(script).repeated_effects:
-            if not effect.deletes or not effect.backends & in_view:
+            if not effect.deletes or effect.helper is not None or not effect.backends & in_view:
                 continue
             accelerator = accelerator_name(script, effect.reported)
             where = (

@@ -162,6 +162,21 @@ class LossBackward(Rule):
             4,
             9,
         ),
+        Example(  # the same helper also run by a baseline with no accelerator: the advice
+            # names the call that has one and tells the baseline's apart
+            "from accelify import Accelerator\n"
+            + "def fit(net, batches, opt):\n"
+            + "    for x, y in batches:\n"
+            + "        (net(x) - y).pow(2).mean().backward()\n"
+            + "def baseline():\n"
+            + "    fit(net, data, opt)\n"
+            + "def main():\n"
+            + "    accelerator = Accelerator()\n"
+            + "    model, optimizer, loader = accelerator.prepare(net, opt, data)\n"
+            + "    fit(model, loader, optimizer)\n",
+            4,
+            9,
+        ),
     )
     good = (
         PARITY_REFERENCE,

@@ -236,6 +236,16 @@ class ReadBeforeWritten(Rule):
             9,
             13,
         ),
+        # the barrier in one arm of an `if`, the read in its `else`: the passes that read are
+        # those that skipped it (lf22_212)
+        Example(
+            _EVERY_EPOCH.format(
+                barrier="    if epoch % 5 == 0:\n        accelerator.wait_for_everyone()\n"
+                "    else:\n    "
+            ),
+            10,
+            17,
+        ),
         # the read under a test spelt as the barrier's, but what it reads changes between
         # them: a pass may skip the barrier and take the read
         Example(
@@ -521,6 +531,12 @@ class ReadBeforeWritten(Rule):
         + "            torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
         + "        accelerator.wait_for_everyone()\n"
         + "        state = torch.load('ckpt.pt')\n",
+        # ... or a barrier in each arm of an `if`, each before its read
+        _EVERY_EPOCH.format(
+            barrier="    if epoch % 5 == 0:\n        accelerator.wait_for_everyone()\n"
+            "        state = torch.load('ckpt.pt')\n"
+            "    else:\n        accelerator.wait_for_everyone()\n    "
+        ),
         # ... or the barrier and the read each under its own `if` of that same test, nothing
         # it reads bound between them: a pass that reads has waited
         HEADER
@@ -718,13 +734,20 @@ class ReadBeforeWritten(Rule):
                 )
                 skipped = _barriers_between(script, shared.write, shared.read)[1]
                 if skipped:
-                    call, branch = skipped[0]
+                    call, branch = skipped[-1]  # the one nearest the read
                     kind = "`if`" if isinstance(branch, cst.If) else "`case`"
-                    message += (
-                        f"; the barrier at line {script.line(call)} runs only when "
-                        f"{_condition(script, branch)}, so the runs that skip it read without "
-                        f"waiting: call it on every pass, outside that {kind}"
-                    )
+                    if script.inside(shared.read, branch):
+                        message += (
+                            f"; the barrier at line {script.line(call)} is in the other arm "
+                            f"of the `if` at line {script.line(branch)}, which every pass "
+                            "that reads here skips: call it on every pass, above that `if`"
+                        )
+                    else:
+                        message += (
+                            f"; the barrier at line {script.line(call)} runs only when "
+                            f"{_condition(script, branch)}, so the runs that skip it read "
+                            f"without waiting: call it on every pass, outside that {kind}"
+                        )
             yield self.finding(script, shared.read, message=message)
 
     def _across_calls(self, script: ScriptModel, shared: SharedFile) -> Finding:
@@ -1062,7 +1085,9 @@ def _skipped_branch(
     script: ScriptModel, call: cst.Call, write: cst.CSTNode, read: cst.CSTNode
 ) -> cst.If | cst.MatchCase | None:
     """The innermost ``if`` (or ``case``) whose body (or ``else``) holds ``call`` and neither
-    ``write`` nor ``read``: a run may take the write and the read and skip ``call``. Not one
+    ``write`` nor ``read``: a run may take the write and the read and skip ``call``; also one
+    whose other arm holds the read (``if epoch % 5 == 0: accelerator.wait_for_everyone()``
+    ``else: state = torch.load(...)``: the pass that reads is the pass that skipped). Not one
     whose test holds whenever several processes run (``if accelerator.num_processes > 1:``: a
     run of one has nobody to wait for), nor a rank test (``if not accelerator.is_main_process:
     accelerator.wait_for_everyone()`` above the write and ``if accelerator.is_main_process:
@@ -1076,7 +1101,13 @@ def _skipped_branch(
         holds = not script.inside(write, ancestor) and not script.inside(read, ancestor)
         if isinstance(ancestor, cst.MatchCase) and holds:
             return ancestor
-        if isinstance(ancestor, cst.If) and child is not ancestor.test and holds:
+        other_arm = (
+            isinstance(ancestor, cst.If)
+            and child is not ancestor.test
+            and not script.inside(read, child)
+            and not script.inside(write, child)
+        )
+        if isinstance(ancestor, cst.If) and child is not ancestor.test and (holds or other_arm):
             test = ancestor.test
             several = several_processes(script, test, ancestor)
             by_rank = script.reads_rank(test) and not _launch_test(script, test)

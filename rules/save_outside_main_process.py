@@ -438,6 +438,12 @@ class SaveOutsideMainProcess(Rule):
         for effect in facts.repeated_effects:
             if effect.deletes or not effect.backends & in_view:
                 continue
+            if effect.helper is not None:
+                if not effect.through_helper and facts.synchronising_in(effect.effect) is None:
+                    yield self.finding(
+                        script, effect.reported, None, _helper_message(script, effect)
+                    )
+                continue  # (what its arguments compute may need every rank: no advice)
             if side_effects.uploads(script, effect.effect):
                 continue  # ACC207
             if (
@@ -464,6 +470,18 @@ class SaveOutsideMainProcess(Rule):
                 _fix(script, effect.reported),
                 _message(script, effect, in_view),
             )
+
+
+def _helper_message(script: ScriptModel, effect: RepeatedEffect) -> str:
+    """A call of another module's function that writes (`helper_writes`): guarded here, where
+    an accelerator is, as that module has none; a later read needs the barrier too."""
+    assert effect.helper is not None
+    accelerator = accelerator_name(script, effect.reported)
+    return (
+        f"Call {effect.helper.function}() under `if {accelerator}.is_main_process:`: it writes "
+        f"files ({effect.helper.said()}) and every rank runs this call, racing on the same "
+        f"path; call {accelerator}.wait_for_everyone() after it if any rank reads them back"
+    )
 
 
 def _clock_path_message(script: ScriptModel, effect: RepeatedEffect, clock: cst.Call) -> str:

@@ -1,4 +1,5 @@
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import libcst as cst
 
@@ -13,10 +14,19 @@ from accelify.analysis.project_modules import read
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.returned_values import held_by_callers, returned_tuples, unpacked_slot
 from accelify.analysis.sample_counts import first_dimension_of
-from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, ScriptModel, analyze
 from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
 from accelify.analysis.sharded_loaders import sharded_by_its_sampler
-from accelify.analysis.syntax import Visitor, dotted, root_name, target_names, visit_code, walk
+from accelify.analysis.syntax import (
+    Visitor,
+    dotted,
+    root_name,
+    target_names,
+    top_level_functions,
+    visit_code,
+    walk,
+)
+from accelify.errors import UserError
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
 
 _EVAL = (
@@ -195,6 +205,73 @@ _UPDATE_TWO_CALLS_DOWN = (
 )
 
 
+#: A helper returning this rank's predictions and labels as a tuple, and a training loop
+#: that reads one place of it each epoch (``{read}``).
+_TUPLE_EVAL = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "\n"
+    "\n"
+    "def evaluate(model, loader):\n"
+    "    model.eval()\n"
+    "    preds, labels = [], []\n"
+    "    with torch.no_grad():\n"
+    "        for x, y in loader:\n"
+    "            preds.append(model(x).argmax(-1))\n"
+    "            labels.append(y)\n"
+    "    return torch.cat(preds), torch.cat(labels)\n"
+    "\n"
+    "\n"
+    "def main(model, optimizer, train_set, eval_set):\n"
+    "    accelerator = Accelerator()\n"
+    "    train_loader = torch.utils.data.DataLoader(train_set, batch_size=8)\n"
+    "    eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=8)\n"
+    "    model, optimizer, train_loader, eval_loader = accelerator.prepare(\n"
+    "        model, optimizer, train_loader, eval_loader\n"
+    "    )\n"
+    "    for epoch in range(3):\n"
+    "        for x, y in train_loader:\n"
+    "            accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+    "            optimizer.step()\n"
+    "            optimizer.zero_grad()\n"
+    "{read}        accelerator.print(epoch, len(preds))\n"
+)
+
+
+#: A helper returning this rank's predictions, gathered by one call each epoch and, after
+#: the epochs, called again (``{final}``).
+_EVALUATED_TWICE = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "\n"
+    "\n"
+    "def evaluate(model, loader):\n"
+    "    model.eval()\n"
+    "    preds = []\n"
+    "    with torch.no_grad():\n"
+    "        for x, y in loader:\n"
+    "            preds.append(model(x).argmax(-1))\n"
+    "    return torch.cat(preds)\n"
+    "\n"
+    "\n"
+    "def main(model, optimizer, train_set, eval_set):\n"
+    "    accelerator = Accelerator()\n"
+    "    train_loader = torch.utils.data.DataLoader(train_set, batch_size=8)\n"
+    "    eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=8)\n"
+    "    model, optimizer, train_loader, eval_loader = accelerator.prepare(\n"
+    "        model, optimizer, train_loader, eval_loader\n"
+    "    )\n"
+    "    for epoch in range(3):\n"
+    "        for x, y in train_loader:\n"
+    "            accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+    "            optimizer.step()\n"
+    "            optimizer.zero_grad()\n"
+    "        preds = accelerator.gather_for_metrics(evaluate(model, eval_loader))\n"
+    "        accelerator.print(epoch, len(preds))\n"
+    "{final}    accelerator.print(len(final))\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -211,7 +288,16 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
-        # one call of the helper is read unchanged: its predictions are this rank's alone
+        # the helper is right for the call that gathers: the call that leaves it is the bug
+        Example(
+            _EVALUATED_TWICE.format(final="    final = evaluate(model, eval_loader)\n"), 28, 13
+        ),
+        # one place of a helper's returned tuple read ungathered (`evaluate(...)[0]`)
+        Example(
+            _TUPLE_EVAL.format(read="        preds = evaluate(model, eval_loader)[0]\n"), 10, 13
+        ),
+        # one call of the helper is read unchanged: its predictions are this rank's alone,
+        # reported at that call (the helper is right for the call that gathers)
         Example(
             "import torch\nfrom accelerate import Accelerator\n\n\n"
             "def evaluate(model, loader):\n"
@@ -224,8 +310,8 @@ class UngatheredMetric(Rule):
             "model, loader = accelerator.prepare(model, loader)\n"
             "preds = accelerator.gather_for_metrics(evaluate(model, loader))\n"
             "print(len(evaluate(model, loader)))\n",
-            9,
-            13,
+            16,
+            11,
         ),
         # gradients turned off inside the loop's body: an evaluation through the step function
         Example(_STEP_WITH_GRADIENTS_OFF.format(after="print(total / len(test_loader))\n"), 19, 5),
@@ -658,6 +744,14 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        _EVALUATED_TWICE.format(
+            final="    final = accelerator.gather_for_metrics(evaluate(model, eval_loader))\n"
+        ),
+        # the predictions' place of a helper's returned tuple gathered at the call
+        # (`gather_for_metrics(evaluate(...)[0])`); its labels, per rank, are never read
+        _TUPLE_EVAL.format(
+            read="        preds = accelerator.gather_for_metrics(evaluate(model, eval_loader)[0])\n"
+        ),
         # the helper's predictions, joined and returned, gathered where it is called (review8a)
         "import torch\nfrom accelerate import Accelerator\n\n\n"
         "def evaluate(model, loader):\n"
@@ -1051,30 +1145,35 @@ class UngatheredMetric(Rule):
         facts = facts_of(script)
         accelerators = script.names_of(Kind.ACCELERATOR)
         all_calls = calls(script)
+        yield from self._left_by_this_caller(script)
+        reported_calls: set[int] = set()
         for evaluation in facts.evaluations:
             loop = evaluation.loop
-            forward = (
-                _first_forward(loop, facts)
-                or _helper_forward(facts, loop)
-                or _model_helper_forward(script, facts, loop)
-                or _step_helper_forward(script, facts, loop)
-            )
+            forward = _evaluation_forward(script, facts, loop)
             if forward is None:
                 continue
             if not facts.flow.over_prepared_loader(loop):
                 yield from self._gathered_over_a_whole_loader(script, facts, loop, accelerators)
                 continue
-            local = _assigned_in(loop.node.body) | loop.batch_names
-            values = _RankValues(script, loop, local, accelerators)
-            synced = set(self_syncing_metrics(loop, script))
-            gathered = _fed_to_collectives(loop, accelerators)
-            found = [
-                (target, node)
-                for target, node in _accumulations(loop, values.this_rank_only, synced)
-                if not _reduced_later(script, loop.node, target, all_calls, accelerators)
-                and target.split(".")[0] not in gathered
-                and not _reduced_by_callers(script, facts, loop, target, all_calls, accelerators)
-            ]
+            values = _RankValues(
+                script, loop, _assigned_in(loop.node.body) | loop.batch_names, accelerators
+            )
+            found = []
+            for target, node in _per_rank_totals(script, loop, values, all_calls):
+                split = _split_callers(script, facts, loop, target)
+                if split is not None:  # some calls gather it: the others are the bug
+                    slot, left, gathering = split
+                    for call in left:
+                        if id(call) not in reported_calls:
+                            reported_calls.add(id(call))
+                            where = f"line {script.line(node)}"
+                            function = facts.placement.enclosing_function(loop.node)
+                            assert function is not None
+                            yield self._left_call(
+                                script, call, slot, function.name.value, gathering, where
+                            )
+                elif not _reduced_by_callers(script, facts, loop, target, all_calls, accelerators):
+                    found.append((target, node))
             if not found:
                 continue
             # the metric's line: the first total fed after the model's forward (the
@@ -1126,6 +1225,57 @@ class UngatheredMetric(Rule):
                 line = script.position(guarded).start.line
                 yield self.finding(script, at, message=_guarded_message(script, at, line))
         yield from self._comprehensions(script, facts, accelerators, all_calls)
+
+    def _left_by_this_caller(self, script: ScriptModel) -> Iterator[Finding]:
+        """A call of another project module's evaluation helper that returns this rank's
+        predictions (``utils.evaluate(model, eval_loader)``, ``return torch.cat(preds)``),
+        left ungathered where the same file gathers another call of it
+        (``accelerator.gather_for_metrics(utils.evaluate(...))``): the helper is right, this
+        call is the bug, and it is reported here, naming the helper's line (the helper's
+        own analysis stays silent: `_combined_by_other_modules`)."""
+        project = script.project
+        if project is None:
+            return
+        by_member: dict[tuple[Path, str], list[cst.Call]] = {}
+        for call, module, member in facts_of(script).project_calls:
+            if "." not in member:  # a method: the instance's class is not followed here
+                by_member.setdefault((module.resolve(), member), []).append(call)
+        for (module, member), sites in by_member.items():
+            if len(sites) < 2 or not any(_combined_somehow(script, call) for call in sites):
+                continue  # the cheap test first: the helper is analysed only past it
+            for slot, line in _helper_totals(script, module, member):
+                left = [call for call in sites if not _combined_at(script, call, slot)]
+                gathering = [call for call in sites if all(call is not other for other in left)]
+                if not left or not gathering:
+                    continue
+                where = f"{_relative(module, project.path)}:{line}"
+                for call in left:
+                    yield self._left_call(script, call, slot, member, gathering[0], where)
+                break
+
+    def _left_call(
+        self,
+        script: ScriptModel,
+        call: cst.Call,
+        slot: tuple[int, int] | None,
+        member: str,
+        gathering: cst.Call,
+        where: str,
+    ) -> Finding:
+        """The finding at a call of an evaluation helper that leaves its per-rank result
+        ungathered, where ``gathering`` gathers another call of it; ``where`` names the
+        helper's line that collects it."""
+        accelerator = accelerator_name(script, call)
+        what = _bound_at(script, call, slot) or f"what {member}() returns"
+        return self.finding(
+            script,
+            call,
+            message=(
+                f"Gather {what} with {accelerator}.gather_for_metrics(...), as the call at "
+                f"line {script.line(gathering)} does: {member}() returns this rank's batches "
+                f"only ({where} collects them per rank)"
+            ),
+        )
 
     def _gathered_over_a_whole_loader(
         self, script: ScriptModel, facts: Facts, loop: Loop, accelerators: set[str]
@@ -2283,6 +2433,138 @@ def _assigned_in(body: cst.CSTNode) -> set[str]:
     return visitor.names
 
 
+def _evaluation_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.Call | None:
+    """The model's forward an evaluation loop runs, itself or through a helper."""
+    return (
+        _first_forward(loop, facts)
+        or _helper_forward(facts, loop)
+        or _model_helper_forward(script, facts, loop)
+        or _step_helper_forward(script, facts, loop)
+    )
+
+
+def _per_rank_totals(
+    script: ScriptModel, loop: Loop, values: _RankValues, all_calls: list[cst.Call]
+) -> list[tuple[str, cst.CSTNode]]:
+    """The totals an evaluation loop over a prepared loader accumulates from this rank's
+    batches and that nothing in the loop, or after it in the function, combines."""
+    accelerators = script.names_of(Kind.ACCELERATOR)
+    synced = set(self_syncing_metrics(loop, script))
+    gathered = _fed_to_collectives(loop, accelerators)
+    return [
+        (target, node)
+        for target, node in _accumulations(loop, values.this_rank_only, synced)
+        if not _reduced_later(script, loop.node, target, all_calls, accelerators)
+        and target.split(".")[0] not in gathered
+    ]
+
+
+def _helper_totals(
+    script: ScriptModel, module: Path, member: str
+) -> list[tuple[tuple[int, int] | None, int]]:
+    """For ``member``, a top-level function of the project module ``module`` that this file
+    calls: the place of each per-rank total it returns (`_returned_slot`: None for the whole
+    value) with the line that accumulates it, read in the module's analysis with what this
+    file's calls hand it (its loader is a prepared one only through them)."""
+    from accelify.analysis.outside_callers import handed_calls
+    from accelify.lint.engine import project_view
+    from accelify.source import parse
+
+    if script.project is None:
+        return []
+    data = read(module)
+    if f"def {member}".encode() not in data:
+        return []
+    handed = handed_calls(script, script.project.path, {str(module)})
+    view = project_view(str(module), data, (), handed=handed)
+    try:
+        helper = analyze(parse(data, str(module)), project=view)
+    except (UserError, RecursionError):
+        return []
+    defined = top_level_functions(helper.module, member)
+    if len(defined) != 1:
+        return []  # defined twice: which one runs is the module's order
+    function = defined[0]
+    facts = facts_of(helper)
+    all_calls = calls(helper)
+    accelerators = helper.names_of(Kind.ACCELERATOR)
+    found: list[tuple[tuple[int, int] | None, int]] = []
+    for evaluation in facts.evaluations:
+        loop = evaluation.loop
+        if facts.placement.enclosing_function(loop.node) is not function:
+            continue
+        if _evaluation_forward(helper, facts, loop) is None:
+            continue
+        if not facts.flow.over_prepared_loader(loop):
+            continue
+        values = _RankValues(
+            helper, loop, _assigned_in(loop.node.body) | loop.batch_names, accelerators
+        )
+        for target, node in _per_rank_totals(helper, loop, values, all_calls):
+            slot = _returned_slot(helper, function, target)
+            if slot is not False and "." not in target:
+                found.append((slot, helper.line(node)))
+    return found
+
+
+def _split_callers(
+    script: ScriptModel, facts: Facts, loop: Loop, target: str
+) -> tuple[tuple[int, int] | None, list[cst.Call], cst.Call] | None:
+    """The loop's function returns the total ``target`` (whole, or at one place of a tuple),
+    and the file's calls of it part: some gather what it returns, some leave it (the place of
+    the total, the calls that leave it, the first that gathers). The helper is right for the
+    calls that gather; those that leave it are the bug. None otherwise."""
+    function = facts.placement.enclosing_function(loop.node)
+    if function is None or "." in target:
+        return None
+    slot = _returned_slot(script, function, target)
+    if slot is False:
+        return None
+    sites = [call for call, _ in facts.flow.calls_of(function)]
+    left = [call for call in sites if not _combined_at(script, call, slot)]
+    gathering = [call for call in sites if all(call is not other for other in left)]
+    if not left or not gathering:
+        return None
+    return slot, left, gathering[0]
+
+
+def _bound_at(script: ScriptModel, call: cst.Call, slot: tuple[int, int] | None) -> str | None:
+    """``final`` where ``final = utils.evaluate(...)`` (or ``final, labels = ...`` binds the
+    total at ``slot``): the name a message tells to gather."""
+    statement = script.parent(call)
+    if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+        return None
+    target = statement.targets[0].target
+    if slot is not None and isinstance(target, cst.Tuple | cst.List):
+        if len(target.elements) != slot[1]:
+            return None
+        target = target.elements[slot[0]].value
+    return f"`{target.value}`" if isinstance(target, cst.Name) else None
+
+
+def _combined_somehow(script: ScriptModel, call: cst.Call) -> bool:
+    """`_combined_at` for the whole of what ``call`` returns or for some name its unpacking
+    binds: a test before analysing the helper."""
+    if _combined_at(script, call, None):
+        return True
+    statement = script.parent(call)
+    if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+        return False
+    target = statement.targets[0].target
+    if not isinstance(target, cst.Tuple | cst.List):
+        return False
+    width = len(target.elements)
+    return any(_combined_at(script, call, (place, width)) for place in range(width))
+
+
+def _relative(module: Path, caller: Path) -> str:
+    """``utils.py``, ``pkg/utils.py``: ``module`` as the caller's folder reaches it."""
+    try:
+        return str(module.relative_to(caller.resolve().parent))
+    except ValueError:
+        return str(module)
+
+
 def _reduced_by_callers(
     script: ScriptModel,
     facts: Facts,
@@ -2299,6 +2581,15 @@ def _reduced_by_callers(
         return False
     if _gathered_at_every_call(script, facts, function, target, accelerators):
         return True
+    slot = _returned_slot(script, function, target)
+    sites = facts.flow.calls_of(function)
+    if (
+        slot is not None
+        and slot is not False
+        and sites
+        and all(_combined_at(script, call, slot) for call, _ in sites)
+    ):
+        return True  # ``gather(evaluate(model, loader)[0])``: each call gathers its place
     held = held_by_callers(facts, function, {target})
     if held:
         return all(
@@ -2330,7 +2621,11 @@ def _combined_by_other_modules(
     sites = project.callers_of(function, owner.name.value if owner is not None else None)
     if not sites or _named_but_not_called(project, function.name.value):
         return False
-    return all(_combined_at(caller, call, slot) for caller, call, _ in sites)
+    left = {id(caller) for caller, call, _ in sites if not _combined_at(caller, call, slot)}
+    gathering = {id(caller) for caller, call, _ in sites if _combined_at(caller, call, slot)}
+    # a file that gathers one call and leaves another is told at the call it leaves
+    # (`UngatheredMetric._left_by_this_caller`): the helper is right for the ones that gather
+    return left <= gathering
 
 
 def _named_but_not_called(project: ProjectView, name: str) -> bool:
@@ -2391,18 +2686,29 @@ def _combined_at(caller: ScriptModel, call: cst.Call, slot: tuple[int, int] | No
     """``call``, in the caller's file, is an argument of a collective, or its whole result is
     bound to one name that a collective reaches after it, before any other read (or, for a
     total at ``slot`` of a returned tuple, the name an unpacking of as many targets binds
-    there)."""
+    there). A subscript of the call at a constant place (``evaluate(model, loader)[0]``)
+    stands for that element: the total's own place then counts as the call would, and any
+    other place leaves the total unread (nothing of this rank's alone is used)."""
     accelerators = caller.names_of(Kind.ACCELERATOR)
-    argument = caller.parent(call)
+    value: cst.BaseExpression = call
+    taken = caller.parent(call)
+    if slot is not None and isinstance(taken, cst.Subscript) and taken.value is call:
+        place = _constant_place(taken)
+        if place is None or not -slot[1] <= place < slot[1]:
+            return False
+        if place % slot[1] != slot[0]:
+            return True
+        value, slot = taken, None
+    argument = caller.parent(value)
     gather = caller.parent(argument) if isinstance(argument, cst.Arg) else None
     if isinstance(gather, cst.Call) and (
         _is_collective(gather, accelerators) or combines_ranks(caller, gather)
     ):
         return True
-    statement = caller.parent(call)
+    statement = caller.parent(value)
     if not (
         isinstance(statement, cst.Assign)
-        and statement.value is call
+        and statement.value is value
         and len(statement.targets) == 1
     ):
         return False
@@ -2415,6 +2721,19 @@ def _combined_at(caller: ScriptModel, call: cst.Call, slot: tuple[int, int] | No
     if not isinstance(target, cst.Name):
         return False
     return _reduced_later(caller, statement, target.value, calls(caller), accelerators)
+
+
+def _constant_place(subscript: cst.Subscript) -> int | None:
+    """``0`` of ``value[0]``, ``-1`` of ``value[-1]``; None for a slice or a computed index."""
+    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+        return None
+    index = subscript.slice[0].slice.value
+    sign = 1
+    if isinstance(index, cst.UnaryOperation) and isinstance(index.operator, cst.Minus):
+        index, sign = index.expression, -1
+    if isinstance(index, cst.Integer):
+        return sign * int(index.value, 0)
+    return None
 
 
 #: Calls that join a list of tensors and keep every value: what they return is the total.

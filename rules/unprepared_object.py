@@ -1321,7 +1321,16 @@ class UnpreparedObject(Rule):
                 and not _split_by_rank(script, source)
             ):
                 message = _message("DataLoader", source, "sharded")
-                if gather is not None:
+                whole = _dict_prepared_whole(script, source)
+                if whole is not None:
+                    message = _dict_message(script, whole, source, loop)
+                    if gather is not None:
+                        message += (
+                            f" (then {script.module.code_for_node(gather.func)} at line "
+                            f"{script.line(gather)} hands back one copy of every sample per "
+                            "rank: counts and sums num_processes times too large)"
+                        )
+                elif gather is not None:
                     name = script.module.code_for_node(gather.func)
                     message = (
                         f"Pass DataLoader `{source}` to accelerator.prepare and use what it "
@@ -2035,6 +2044,64 @@ def _message(what: str, name: str | None, effect: str) -> str:
         f"Pass {what} `{name}` to accelerator.prepare and use what it returns: "
         f"unprepared, it is not {effect}"
     )
+
+
+def _dict_prepared_whole(script: ScriptModel, source: str | None) -> PrepareCall | None:
+    """The prepare call that ``source``, a dict of loaders, was handed to whole and came back
+    from: ``prepare`` hands a dict back as it is, none of its loaders prepared."""
+    for prepare in script.prepare_calls:
+        passed = {dotted(argument.value) for argument in prepare.call.args}
+        for given, returned in zip(prepare.inputs, prepare.outputs, strict=False):
+            if (
+                returned == source
+                and given in passed
+                and any(b.name == given and is_loader_dict(script, b) for b in script.bindings)
+            ):
+                return prepare
+    return None
+
+
+def _dict_message(script: ScriptModel, prepare: PrepareCall, source: str, loop: Loop) -> str:
+    """ACC401's advice for a loop over an entry of a dict of loaders prepared whole: prepare
+    the entries themselves, in the same call (under DeepSpeed the model's prepare reads its
+    batch size from a loader prepared with it), written out with the keys the file reads."""
+    code = script.module.code_for_node
+    keys: list[str] = []
+    scope = script.index.enclosing_function(prepare.call) or script.module
+    for node in walk(scope):
+        if (
+            isinstance(node, cst.Subscript)
+            and dotted(node.value) == source
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.slice[0].slice.value, cst.SimpleString)
+        ):
+            entry = code(node)
+            if entry not in keys:
+                keys.append(entry)
+    said = (
+        f"Prepare the loaders in `{source}`, not the dict: accelerator.prepare hands a dict "
+        f"back as it is (line {prepare.line}), so `{code(loop.node.iter)}` is not sharded and "
+        "every rank iterates all of it"
+    )
+    statement = script.parent(prepare.call)
+    if not keys or not (
+        isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Tuple)
+    ):
+        return said + (
+            f"; prepare each entry with the model, in the same call "
+            f"(`{source}[key]` for each key among its arguments and targets)"
+        )
+    entries = ", ".join(keys)
+
+    def spread(items: list[str]) -> str:
+        return ", ".join(entries if item == source else item for item in items)
+
+    targets = spread([code(e.value) for e in statement.targets[0].target.elements])
+    arguments = spread([code(a.value) for a in prepare.call.args])
+    return said + f": `{targets} = {code(prepare.call.func)}({arguments})`"
 
 
 def _prepared_names(script: ScriptModel) -> set[str]:

@@ -338,6 +338,8 @@ class UploadOnEveryRank(Rule):
         backends: dict[int, frozenset[str]] = {}
         uploads = {}
         for effect in facts_of(script).repeated_effects:
+            if effect.helper is not None:
+                continue  # another module's function that writes: ACC201's
             if side_effects.uploads(script, effect.effect) and effect.backends & in_view:
                 key = id(effect.effect)
                 uploads[key] = effect.effect

@@ -11,7 +11,7 @@ from accelify.analysis.construction import (
     keeps_the_object,
 )
 from accelify.analysis.facts import Facts, facts_of
-from accelify.analysis.name_scopes import means_module_binding
+from accelify.analysis.name_scopes import binding_spellings, means_module_binding
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.project_modules import split_member
 from accelify.analysis.script_model import Kind, ScriptModel
@@ -260,6 +260,18 @@ _IMPORTED_CLASS_MODEL = (
 )
 
 
+#: A model prepared and trained over batches unpacked into nested targets, then (``{after}``)
+#: a loop whose nested target may bind the name ``model`` anew.
+_NESTED_TARGETS = (
+    "import torch\nfrom accelerate import Accelerator\n"
+    "accelerator = Accelerator()\n"
+    "model, optimizer, loader = accelerator.prepare(net, optimizer, loader)\n"
+    "for (x, y), z in loader:\n"
+    "    accelerator.backward(model(x).sum())\n"
+    "{after}"
+)
+
+
 class WrapperAttribute(Rule):
     """A method or attribute of the model's own class read from the object ``prepare`` returned
     (``model.generate(...)``, ``model.config``, ``model.save_pretrained(...)``): on several
@@ -307,6 +319,8 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-process run stops with AttributeError at the first call; one process hides it."
     bad = (
+        # the batch unpacked into nested targets binds no model: `model` is still the wrapper
+        Example(_NESTED_TARGETS.format(after="    print(model.weight)\n"), 7, 11),
         # a helper handed the policy and a frozen reference model: the policy is wrapped
         # (an RLHF trainer's log-probabilities)
         Example(
@@ -780,6 +794,16 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # a later loop's target, nested or not, binds `model` anew to the plain module
+        _NESTED_TARGETS.format(
+            after="for (model, tag), z in [((net, 'raw'), 1)]:\n    print(model.weight)\n"
+        ),
+        _NESTED_TARGETS.format(
+            after="for i, model in enumerate([net]):\n    print(model.weight)\n"
+        ),
+        _NESTED_TARGETS.format(
+            after="for i, (model, tag) in enumerate([(net, 'raw')]):\n    print(model.weight)\n"
+        ),
         # functions that bind ``model`` themselves (a default, a comprehension's, a lambda's
         # parameter, a walrus, ``except ... as``, a ``case`` capture, a local import, a loop's
         # name): none of them reads the module's prepared model
@@ -1776,6 +1800,16 @@ def _prepared_model(
         if keeps_the_object(assign, name):
             continue  # ``model = model.to(device)``: the same wrapper
         if statement_of_prepare < script.order(assign) < here and not _is_the_prepare(assign, last):
+            return False
+    # bound again otherwise: a loop's target, nested or not (``for (model, tag), z in ...``,
+    # ``for i, model in enumerate(models)``), an unpacking, a ``with ... as``, a walrus
+    for spelled in binding_spellings(script, name):
+        if isinstance(script.parent(spelled), cst.AssignTarget):
+            continue  # ``model = ...``: judged above
+        if (
+            statement_of_prepare < script.order(spelled) < here
+            and script.scope_of(spelled) is scope
+        ):
             return False
     return True
 

@@ -251,9 +251,34 @@ def test_a_backward_no_accelerator_reaches_is_told_what_to_add():
         "ACC301",
     )
     assert (
-        "fit() has no Accelerator: add an `accelerator` parameter and have its callers "
-        "hand it theirs (`accelerator` at line 8)"
+        "fit() has no Accelerator: add an `accelerator` parameter and have the calls that have "
+        "one hand it theirs (`accelerator` at line 8)"
     ) in helper.message
+    assert "has none" not in helper.message
+
+
+def test_a_backward_helper_names_only_the_calls_that_have_an_accelerator():
+    """A helper called with prepared objects and also by a single-device baseline that has no
+    accelerator: the advice names the call that can hand one, and tells the other apart (a
+    default of None, the plain backward kept there), not "its callers hand it theirs"."""
+    helper = the_finding(
+        "from accelify import Accelerator\n"
+        "def fit(net, batches, opt):\n"
+        "    for x, y in batches:\n"
+        "        (net(x) - y).pow(2).mean().backward()\n"
+        "def baseline():\n"
+        "    fit(net, data, opt)\n"
+        "def main():\n"
+        "    accelerator = Accelerator()\n"
+        "    model, optimizer, loader = accelerator.prepare(net, opt, data)\n"
+        "    fit(model, loader, optimizer)\n",
+        "ACC301",
+    )
+    assert "have the calls that have one hand it theirs (`accelerator` at line 10)" in (
+        helper.message
+    )
+    assert "the call at line 6 has none: default the parameter to None for it" in helper.message
+    assert "line 6)" not in helper.message and "at line 6," not in helper.message
 
 
 def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
@@ -1701,3 +1726,25 @@ def test_a_trainers_state_loaded_on_one_rank_is_explained_by_what_it_is(loaded, 
     found = the_finding(code, "ACC213")
     assert (found.line, reason in found.message) == (14, True), found.message
     assert "outside the rank test at line 12" in found.message
+
+
+def test_a_dict_of_loaders_prepared_whole_is_told_to_prepare_its_entries():
+    """``accelerator.prepare(loaders)`` of a dict hands the dict back as it is: the advice is
+    not "pass it to prepare" (it was) but the same call with the entries the file reads (run on
+    2 ranks, fixtures/lint/projects/loader_dict_of_another_module_prepared_by_entry_good)."""
+    finding = the_finding(
+        "import torch\nfrom accelify import Accelerator\naccelerator = Accelerator()\n"
+        'loaders = {"train": torch.utils.data.DataLoader(data, batch_size=8)}\n'
+        "model, optimizer, loaders = accelerator.prepare(model, optimizer, loaders)\n"
+        'for x, y in loaders["train"]:\n'
+        "    accelerator.backward(model(x).sum())\n"
+        "    optimizer.step()\n",
+        "ACC401",
+        line=6,
+    )
+    assert "accelerator.prepare hands a dict back as it is (line 5)" in finding.message
+    assert (
+        '`model, optimizer, loaders["train"] = accelerator.prepare(model, optimizer, '
+        'loaders["train"])`'
+    ) in finding.message
+    assert "Pass DataLoader" not in finding.message

@@ -127,10 +127,9 @@ class CollectiveReach:
             backends = SHARDED_FORWARD | {DDP} if buffered else SHARDED_FORWARD
         if backends:
             return [(call, backends)]
-        function = self._local_function(call) or self._own_method(call)
-        if function is None:
-            return []
-        reached = self.reached_by(function)
+        function = self._local_function(call)
+        functions = [function] if function is not None else self._own_methods(call)
+        reached = [found for method in functions for found in self.reached_by(method)]
         if not reached:
             return []
         # the collective on the most backends (the backends nest: every one, the sharding
@@ -172,11 +171,11 @@ class CollectiveReach:
             ):
                 found = call
                 break
-            callee = self._local_function(call) or self._own_method(call)
-            if (
-                callee is not None
-                and callee is not function
-                and self.synchronising_call(callee, everywhere)
+            local = self._local_function(call)
+            callees = [local] if local is not None else self._own_methods(call)
+            if any(
+                callee is not function and self.synchronising_call(callee, everywhere)
+                for callee in callees
             ):
                 found = call
                 break
@@ -191,8 +190,9 @@ class CollectiveReach:
         for call in self._calls_under(node):
             if id(call) in backwards or collective_backends(self.model, call, self.accelerators):
                 return call
-            callee = self._local_function(call) or self._own_method(call)
-            if callee is not None and self.synchronising_call(callee) is not None:
+            local = self._local_function(call)
+            callees = [local] if local is not None else self._own_methods(call)
+            if any(self.synchronising_call(callee) is not None for callee in callees):
                 return call
         return None
 
@@ -327,6 +327,20 @@ class CollectiveReach:
         if found is not None and found[1] == 0:
             return found[0]
         return self.model.functions.get(call.func.value)
+
+    def _own_methods(self, call: cst.Call) -> list[cst.FunctionDef]:
+        """``self.evaluate(...)``: the method of the class the call is in, and the overrides
+        of the file's subclasses (a ``Trainer(Base)`` whose ``evaluate`` reduces: ``Base.fit``
+        runs it on a Trainer), as the call graph resolves them."""
+        own = self._own_method(call)
+        if own is None:
+            return []
+        overrides = [
+            function
+            for function, _ in self.model.call_graph.callees(call)
+            if function.name.value == own.name.value and function is not own
+        ]
+        return [own, *overrides]
 
     def _own_method(self, call: cst.Call) -> cst.FunctionDef | None:
         """``self.train_step(...)``: the method of the class the call is in."""

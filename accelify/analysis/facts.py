@@ -7,6 +7,7 @@ kept."""
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -16,6 +17,7 @@ from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.helper_evaluation import HelperEvaluation, helper_evaluation_of
+from accelify.analysis.outside_callers import project_calls
 from accelify.analysis.outside_forward import (
     OutsideForward,
     layers_outside_forward,
@@ -182,6 +184,13 @@ class Facts:
         return self.collective_reach.synchronising_in(node)
 
     @cached_property
+    def project_calls(self) -> list[tuple[cst.Call, Path, str]]:
+        """The calls of the file that run another project module's function, class or method,
+        with that module and the member (`outside_callers.project_calls`), read once."""
+        project = self.model.project
+        return [] if project is None else list(project_calls(self.model, project.path))
+
+    @cached_property
     def repeated_effects(self) -> list[RepeatedEffect]:
         """Files every rank writes or deletes together: at the write, or at the call sites of
         a helper that other call sites run on the main process only."""
@@ -191,6 +200,7 @@ class Facts:
             self.ranks.backend_guards,
             self.synchronising_call,
             self.shared_files,
+            self.project_calls,
         )
 
     @cached_property

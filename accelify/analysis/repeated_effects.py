@@ -10,6 +10,10 @@ of them). A helper called only under a main-process guard, or a hook handed to t
 writes once. A path made per process (a temporary directory, a pid) is N files, none racing
 another.
 
+A call of another project module's function that writes (``save_checkpoint(...)`` of
+``utils.py``, `helper_writes`) counts as a write where it is made: that module has no
+accelerator to test.
+
 It is reported at the write, where a guard (or ``is_main_process=`` for ``save_pretrained``)
 fixes it; at the call sites every rank runs only when other call sites of the same function are
 guarded (the author meant it for the main process) and the function synchronises nothing: a
@@ -18,13 +22,15 @@ function that reaches ``prepare``, ``backward`` or a collective must never run o
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import libcst as cst
 
 from accelify.analysis import names, side_effects
 from accelify.analysis.accelerator_objects import without_accelerator
+from accelify.analysis.helper_writes import HelperWrite, helper_writes
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
 from accelify.analysis.script_model import ScriptModel
@@ -40,6 +46,8 @@ class RepeatedEffect:
     effect: cst.Call  # the call that writes or deletes
     deletes: bool
     backends: frozenset[str]  # where every rank runs it
+    #: ``effect`` is a call of another project module's function that writes (`helper_writes`)
+    helper: HelperWrite | None = None
 
     @property
     def through_helper(self) -> bool:
@@ -55,6 +63,7 @@ def repeated_effects(
     guards: BackendGuards,
     synchronising: Synchronising,
     files: SharedFiles,
+    calls_into_project: Iterable[tuple[cst.Call, Path, str]] = (),
 ) -> list[RepeatedEffect]:
     found: list[RepeatedEffect] = []
     judge = _Judge(model, placement, guards, synchronising)
@@ -91,6 +100,8 @@ def repeated_effects(
         if effects:
             reported_opens.add(id(opened))
         found += effects
+    for helper in helper_writes(model, calls_into_project):
+        found += [replace(effect, helper=helper) for effect in judge.effects(helper.call)]
     return found
 
 

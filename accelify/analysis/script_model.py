@@ -548,6 +548,11 @@ class ScriptModel:
                 values.setdefault(target.value, []).append(assign.value)
             elif isinstance(target, cst.Attribute) and dotted(target.value) == "self":
                 values.setdefault(target.attr.value, []).append(assign.value)
+        for call in self.calls:  # ``setattr(self, "is_main", accelerator.is_main_process)``
+            if type(call.func) is cst.Name and call.func.value == "setattr":
+                member = _set_member(call)
+                if member is not None:
+                    values.setdefault(member[0], []).append(member[1])
         methods = [
             statement
             for owner in self.classes.values()
@@ -948,6 +953,18 @@ _TEST_SHAPES = (
     cst.Comparison,
     cst.IfExp,
 )
+
+
+def _set_member(call: cst.Call) -> tuple[str, cst.BaseExpression] | None:
+    """``("is_main", value)`` of ``setattr(self, "is_main", value)``: the ``self.`` attribute it
+    sets, a string written out, and what to."""
+    if len(call.args) != 3 or any(a.keyword or a.star for a in call.args):
+        return None
+    owner, key, value = (a.value for a in call.args)
+    if dotted(owner) != "self" or not isinstance(key, cst.SimpleString):
+        return None
+    member = key.evaluated_value
+    return (member, value) if isinstance(member, str) and member.isidentifier() else None
 
 
 def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:

@@ -152,16 +152,26 @@ def accelerator_missing(script: ScriptModel, node: cst.CSTNode) -> str:
 
     function = facts_of(script).placement.enclosing_function(node)
     if function is not None:
-        handing = [
-            (script.line(call), name)
+        sites = [
+            (script.line(call), accelerator_at(script, call))
             for call, _ in facts_of(script).flow.calls_of(function)
-            if (name := accelerator_at(script, call)) is not None
         ]
+        handing = sorted((line, name) for line, name in sites if name is not None)
         if handing:
-            line, name = min(handing)
+            named = ", ".join(f"`{name}` at line {line}" for line, name in handing)
+            # only the calls that have an accelerator can hand one: the others are told apart
+            without = sorted(line for line, name in sites if name is None)
+            rest = (
+                f"; the call{'s' if len(without) > 1 else ''} at line"
+                f"{'s' if len(without) > 1 else ''} {', '.join(map(str, without))} "
+                f"{'have' if len(without) > 1 else 'has'} none: default the parameter to None "
+                "for it and keep loss.backward() when it is None"
+                if without
+                else ""
+            )
             return (
                 f"; {function.name.value}() has no Accelerator: add an `accelerator` parameter "
-                f"and have its callers hand it theirs (`{name}` at line {line})"
+                f"and have the calls that have one hand it theirs ({named}){rest}"
             )
     made = sorted(
         {b.line for b in script.of_kind(Kind.ACCELERATOR) if not b.received},
