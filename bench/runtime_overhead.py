@@ -1,6 +1,7 @@
 """Steps/s of one training loop on 2 CPU ranks: raw DDP, accelify, and HF Accelerate if installed.
 
-    python bench/runtime_overhead.py [--rounds 5] [--widths 32 512 2048] [--steps 420]
+    python bench/runtime_overhead.py [--rounds 5] [--widths 128 1024 2048] [--steps 420]
+                                     [--no-launch]
 
 Each implementation runs under the same `torch.distributed.run` command, the rounds alternate the
 implementations so that machine noise hits all alike, and the median of the rounds is reported with
@@ -11,7 +12,13 @@ latency, Python), where accelify's per-step bookkeeping would show; 2048 is comp
 accelify's options" is the raw loop with the DDP options accelify sets
 (`gradient_as_bucket_view=True`): accelify against it measures what accelify does beyond DDP. The
 checksum column shows that all trained the same model. `--ddp-options` also measures DDP's other
-options on the raw loop.
+options on the raw loop. "accelify launch" is accelify as users run it: the same worker started by
+`accelify launch --cpu` (its rank entry, the collective record, the launcher's watcher reading the
+records beside the ranks) instead of torchrun; `--no-launch` leaves it out.
+
+The run ends with the ratios at every width side by side (the median of each round's own ratio,
+with the rounds' range): a cost that grows with the width is work a step does beyond DDP's, not
+per-step Python, which shows most at the smallest width.
 
 Each width ends with a verdict on what the issue asks (accelify, its collectives recorded as under
 `accelify launch`, within 1 % of raw DDP with accelify's options, in CPU time per step): "within"
@@ -37,19 +44,23 @@ from accelify.runtime.launch.launcher import free_port
 
 WORKER = Path(__file__).with_name("overhead_worker.py")
 RECORDED = "accelify, collectives recorded"
+LAUNCHED = "accelify launch"
+RAW, MINE = "raw DDP", "raw DDP, accelify's options"
 
 
-def run(impl: str, width: int, extra: list[str], records: str | None = None) -> dict:
+def run(
+    impl: str, width: int, extra: list[str], records: str | None = None, launch: bool = False
+) -> dict:
+    if launch:  # as users run it: the launcher's rank entry, its record and its watcher
+        starter = ["accelify", "launch", "--cpu", "--num_processes", "2"]
+        starter += ["--main_process_port", str(free_port())]
+    else:
+        starter = ["torch.distributed.run", "--nproc-per-node", "2"]
+        starter += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     command = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
+        *starter,
         str(WORKER),
         "--impl",
         impl,
@@ -78,7 +89,7 @@ def measure(
         for name, (impl, extra) in variants.items():
             with tempfile.TemporaryDirectory() as records:
                 recording = name == RECORDED
-                result = run(impl, width, extra, records if recording else None)
+                result = run(impl, width, extra, records if recording else None, name == LAUNCHED)
             rates[name].append(result["steps_per_s"])
             cpu[name].append(result["cpu_ms_per_step"])
             checksums[name] = result["checksum"]
@@ -120,11 +131,61 @@ def verdict(cost: list[float], tolerance: float = TOLERANCE) -> str:
     return f"OVER {tolerance:.0%} ({spread})"
 
 
+#: The comparisons the closing table prints, side by side across the widths.
+SUMMARY = (
+    ("accelify", RAW),
+    ("accelify", MINE),
+    (RECORDED, MINE),
+    (LAUNCHED, MINE),
+    (LAUNCHED, RAW),
+    ("raw DDP, a copy", RAW),
+    ("accelify", "HF Accelerate"),
+)
+
+
+def summary(
+    results: dict[int, tuple[dict[str, list[float]], dict[str, list[float]]]],
+) -> list[str]:
+    """The ratios at every width side by side: for each comparison, the median over rounds of
+    its steps/s ratio (above 1: faster) and of its CPU-per-step ratio (above 1: costs more),
+    with the rounds' range of the latter."""
+    widths = list(results)
+    present = results[widths[0]][0]
+    rows = [(n, o) for n, o in SUMMARY if n in present and o in present]
+    label = max(len(f"{n} / {o}") for n, o in rows) + 2
+    cell = 28
+    lines = [
+        "",
+        "accelify / raw DDP at every width: steps/s ratio (above 1: faster), CPU per step "
+        "ratio (above 1: costs more) [rounds' range]",
+        " " * label + "".join(f"{f'width {width}':>{cell}}" for width in widths),
+    ]
+    for name, other in rows:
+        cells = []
+        for width in widths:
+            rates, cpu = results[width]
+            cost = ratios(cpu, name, other)
+            cells.append(
+                f"{ratio(rates, name, other):.3f} {statistics.median(cost):.3f} "
+                f"[{min(cost):.3f}-{max(cost):.3f}]"
+            )
+        lines.append(f"{f'{name} / {other}':{label}}" + "".join(f"{c:>{cell}}" for c in cells))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--widths", type=int, nargs="+", default=[32, 512, 2048])
+    parser.add_argument("--widths", type=int, nargs="+", default=[128, 1024, 2048])
     parser.add_argument("--ddp-options", action="store_true")
+    parser.add_argument(
+        "--no-launch", action="store_true", help="leave out the arm run by `accelify launch`"
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="a second raw DDP arm: how far two runs of the same loop differ here",
+    )
     parser.add_argument(
         "--steps", type=int, default=420, help="steps per rank per run (batch 32 per rank)"
     )
@@ -132,19 +193,25 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the start")
     length = ["--samples", str(32 * 2 * args.steps)]
     variants = {
-        "raw DDP": ("ddp", []),
-        "raw DDP, accelify's options": ("ddp", ["--bucket-view", "1"]),
+        RAW: ("ddp", []),
+        MINE: ("ddp", ["--bucket-view", "1"]),
         "accelify": ("accelify", []),
         RECORDED: ("accelify", []),
     }
+    if not args.no_launch:
+        variants[LAUNCHED] = ("accelify", [])
+    if args.control:
+        variants["raw DDP, a copy"] = ("ddp", [])
     if importlib.util.find_spec("accelerate") is not None:
         variants["HF Accelerate"] = ("accelerate", [])
     if args.ddp_options:
         variants["raw DDP, static_graph"] = ("ddp", ["--static-graph", "1"])
         variants["raw DDP, both"] = ("ddp", ["--bucket-view", "1", "--static-graph", "1"])
+    results: dict[int, tuple[dict[str, list[float]], dict[str, list[float]]]] = {}
     for width in args.widths:
         sized = {name: (impl, [*extra, *length]) for name, (impl, extra) in variants.items()}
         rates, cpu, checksums = measure(sized, width, args.rounds)
+        results[width] = rates, cpu
         print(
             f"\nMLP width {width}, 2 CPU ranks, {args.steps} steps per run, "
             f"median of {args.rounds} rounds"
@@ -171,12 +238,15 @@ def main() -> None:
             f"{'accelify recorded / accelify':40} {ratio(rates, RECORDED, 'accelify'):9.3f} "
             f"{ratio(cpu, RECORDED, 'accelify'):12.3f}"
         )
-        print(
-            f"verdict, CPU per step of accelify recorded / {mine}: "
-            f"{verdict(ratios(cpu, RECORDED, mine))} "
-            f"(load average {os.getloadavg()[0]:.1f} at the end)",
-            flush=True,
-        )
+        for name in (RECORDED, LAUNCHED):
+            if name in variants:
+                print(
+                    f"verdict, CPU per step of {name} / {mine}: "
+                    f"{verdict(ratios(cpu, name, mine))} "
+                    f"(load average {os.getloadavg()[0]:.1f} at the end)",
+                    flush=True,
+                )
+    print("\n".join(summary(results)), flush=True)
 
 
 if __name__ == "__main__":
