@@ -584,8 +584,10 @@ class SharedFiles:
         """``call`` writes ``path`` again (``torch.save(sd, path)`` in the ``else`` of the
         ``save_file(sd, path)`` that writes the ``.safetensors`` form), or opens it for writing
         (``with open(path, "w") as f`` of the epoch's branch below the step's): another write of
-        the file, not a read of it."""
-        written = _path(self.model, call, WRITERS, WRITING_METHODS)
+        the file, not a read of it; also a call handed that open's handle (``json.dump(state,
+        f)``), which writes through it."""
+        found = self._written_path(call)
+        written = None if found is None else found[0]
         if written is None and side_effects.opens_for_writing(call) and call.args:
             written = call.args[0].value
         return written is not None and self._same_file(path, written)
