@@ -439,6 +439,23 @@ class FixedCountSchedulerPrepared(Rule):
         _SCRIPT.replace("T_max=max_iters", "T_max=max_iters * accelerator.num_processes") + _LOOP,
         # batches split across processes: one step per call
         _SCRIPT.replace("Accelerator()", "Accelerator(split_batches=True)") + _LOOP,
+        # the same through today's spelling, in a `while step < max_steps` loop (a restoration
+        # project's classifier trainer): one step per call
+        _SCRIPT.replace("import Accelerator", "import Accelerator, DataLoaderConfiguration")
+        .replace(
+            "Accelerator()",
+            "Accelerator(dataloader_config=DataLoaderConfiguration(split_batches=True))",
+        )
+        .replace("max_iters = 5000\n", "max_iters = 5000\nstep = 0\n")
+        .replace("(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)")
+        .replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+        + "while step < max_iters:\n"
+        + "    for xb, yb in loader:\n"
+        + "        accelerator.backward(model(xb, yb))\n"
+        + "        optimizer.step(), scheduler.step()\n"
+        + "        step += 1\n"
+        + "        if step == max_iters:\n"
+        + "            break\n",
         # an epoch loop that calls a helper looping over the prepared loader: ACC408's business
         _SCRIPT.replace(
             "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"

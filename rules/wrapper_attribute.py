@@ -282,7 +282,9 @@ class WrapperAttribute(Rule):
 
     ``prepare`` is also a trainer's own ``self.prepare(...)`` where its class, a base class of
     the file or one imported from a project module hands everything to the accelerator's
-    (muse-maskgit's ``BaseAcceleratedTrainer.prepare``: `analysis.prepare_wrappers`).
+    (muse-maskgit's ``BaseAcceleratedTrainer.prepare``: `analysis.prepare_wrappers`), and
+    ``accelerator.prepare_model(model)``, which wraps alike (not with ``evaluation_mode=True``,
+    which leaves the model unwrapped).
     Only a plain name that ``prepare`` returned in the same function (or at module level, also
     read in a top-level function the module's code calls after that ``prepare``: PixArt's
     ``train()`` logging ``model.module.h``), not
@@ -792,6 +794,16 @@ class WrapperAttribute(Rule):
             18,
             11,
         ),
+        # prepare_model wraps as prepare does (a model prepared on its own, then generating)
+        Example(
+            HEADER
+            + "model = accelerator.prepare_model(model)\n"
+            + "optimizer, loader = accelerator.prepare(optimizer, loader)\n"
+            + "for batch in loader:\n    accelerator.backward(model(batch))\n"
+            + "out = model.generate(ids)\n",
+            7,
+            7,
+        ),
     )
     good = (
         # a later loop's target, nested or not, binds `model` anew to the plain module
@@ -1076,6 +1088,13 @@ class WrapperAttribute(Rule):
         + "model.gradient_checkpointing_enable()\n"
         + "model, loader = accelerator.prepare(model, loader)\n"
         + "model.name = 'run'\nn = len(loader.dataset)\n",
+        # evaluation_mode=True leaves the model unwrapped: an inference class's prepared copy
+        # (a spelling corrector's encoder, resized after its prepare_model)
+        HEADER
+        + "model = accelerator.prepare_model(model, evaluation_mode=True)\n"
+        + "loader = accelerator.prepare_data_loader(loader)\n"
+        + "model.resize_token_embeddings(len(tokenizer))\n"
+        + "preds = [accelerator.gather_for_metrics(model(b).logits) for b in loader]\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

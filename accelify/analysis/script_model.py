@@ -1066,12 +1066,16 @@ def _wrapped_prepare(model: ScriptModel, value: cst.BaseExpression, wrapping: se
 
 def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:
     """``accelerator.prepare(...)``, also through an instance of a class of the file that
-    holds ``self.accelerator`` (``train_loader = trainer.accelerator.prepare(train_loader)``)."""
+    holds ``self.accelerator`` (``train_loader = trainer.accelerator.prepare(train_loader)``),
+    and ``accelerator.prepare_model(model)``, which wraps the model as ``prepare`` does; not
+    with ``evaluation_mode=True``, which leaves it unwrapped (an evaluator's copy)."""
     if not (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value == "prepare"
+        and value.func.attr.value in ("prepare", "prepare_model")
     ):
+        return False
+    if value.func.attr.value == "prepare_model" and _evaluation_mode(value):
         return False
     receiver = dotted(value.func.value) or ""
     return receiver in accelerators or (
@@ -1079,6 +1083,19 @@ def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:
         and receiver.count(".") == 1
         and receiver.endswith(".accelerator")
         and not receiver.startswith("self.")
+    )
+
+
+def _evaluation_mode(call: cst.Call) -> bool:
+    """``prepare_model(model, evaluation_mode=...)`` with anything but a literal ``False``:
+    Accelerate then skips the DistributedDataParallel wrapper (a choice made at run time is
+    given the benefit of the doubt)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "evaluation_mode":
+            return not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
+    positional = [a for a in call.args if a.keyword is None]
+    return len(positional) > 2 and not (
+        isinstance(positional[2].value, cst.Name) and positional[2].value.value == "False"
     )
 
 
