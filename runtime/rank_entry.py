@@ -50,7 +50,7 @@ def main(arguments: Sequence[str]) -> None:
     # registered before the script's own handlers, so run after them all
     atexit.register(_after_the_scripts_exit_handlers)
     _record_collectives_once_the_group_exists(rank)
-    sys.meta_path.insert(0, _AfterImport("torch", _freeze_what_torch_made))
+    _after_import("torch", _freeze_what_torch_made)
     if arguments[:1] == ["-m"]:
         module, code = _main_module_of_module(arguments[1])
         sys.argv = [module.__file__ or arguments[1], *arguments[2:]]
@@ -191,7 +191,18 @@ def _record_collectives_once_the_group_exists(rank: int) -> None:
     ``init_process_group`` and the collectives are wrapped as soon as torch imports
     ``torch.distributed``, before the script can take its own reference to them (``from
     torch.distributed import all_reduce``)."""
-    sys.meta_path.insert(0, _AfterImport("torch.distributed", lambda dist: _wrap(dist, rank)))
+    _after_import("torch.distributed", lambda dist: _wrap(dist, rank))
+
+
+def _after_import(name: str, then: Any) -> None:
+    """``then(module)`` once the module has been imported: now, when it is already (a rank
+    forked from the launcher's template, `accelify.runtime.launch.rank_template`, has torch
+    before its script starts), else as its import ends."""
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 def _wrap(dist: Any, rank: int) -> None:
