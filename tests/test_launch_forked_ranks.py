@@ -205,3 +205,23 @@ def test_the_client_exits_as_its_rank(tmp_path: Path) -> None:
         )
         result = subprocess.run([sys.executable, "-I", "-S", "-c", program], check=False)
         assert result.returncode == code
+
+
+def test_a_client_that_cannot_reach_its_template_becomes_a_fresh_rank(tmp_path: Path) -> None:
+    """The template gone (or refusing): the client executes today's command in its place, with
+    its pid, environment and streams."""
+    script = tmp_path / "plain.py"
+    script.write_text("import os, sys\nprint(os.getpid(), sys.orig_argv[1:4], sys.argv)\n")
+    client = [sys.executable, "-I", "-S", str(rank_start.CLIENT), str(tmp_path / "no.sock")]
+    process = subprocess.Popen(
+        [*client, str(script), "--x"],
+        cwd=tmp_path,
+        env={**os.environ, "RANK": "0"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    stdout, _ = process.communicate(timeout=120)
+    assert process.returncode == 0
+    assert stdout.split(maxsplit=1)[0] == str(process.pid)
+    assert "['-u', '-m', 'accelify.runtime.rank_entry']" in stdout
+    assert f"['{script}', '--x']" in stdout
