@@ -86,6 +86,44 @@ _CLIP_MAIN_ONLY = (
 )
 
 
+_FSDP_PLUGIN = (
+    "from accelerate.utils import FullyShardedDataParallelPlugin\n"
+    "plugin = FullyShardedDataParallelPlugin()\n"
+)
+
+_TRAINER_VALIDATES = (
+    "import torch\nfrom accelerate import Accelerator\n{plugin}\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer, loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.is_main = self.accelerator.is_main_process\n"
+    "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+    "            model, optimizer, loader)\n\n"
+    "    def validate(self, n):\n"
+    "        losses = []\n"
+    "        with torch.no_grad():\n"
+    "            for i, batch in zip(range(n), self.loader):\n"
+    "                losses.append(self.model(**batch).loss.item())\n"
+    "        return sum(losses) / len(losses)\n\n"
+    "    def train(self):\n"
+    "        for batch in self.loader:\n"
+    "            self.accelerator.backward(self.model(**batch).loss)\n"
+    "            self.optimizer.step()\n"
+    "        {guard}print(self.validate(4))\n"
+)
+
+
+def _validated_beside_a_finish(rebinding: str) -> str:
+    """The FSDP trainer validating on the main process alone, beside a ``finish`` method whose
+    one statement ``rebinding`` binds ``self.model`` anew."""
+    return _TRAINER_VALIDATES.format(
+        plugin=_FSDP_PLUGIN, guard="if self.is_main:\n            "
+    ).replace(
+        "    def train(self):",
+        f"    def finish(self):\n        {rebinding}\n\n    def train(self):",
+    )
+
+
 _BEST_CHECKPOINT = (
     "import torch\nfrom accelerate import Accelerator{imports}\n\n\n"
     "class Trainer:\n"
@@ -348,6 +386,13 @@ class CollectiveOnSomeRanks(Rule):
             8,
             19,
         ),
+        # a DiLoCo/FSDP trainer: the model prepared in __init__, its validation method run on
+        # the main process only from another method (lintreal38: a real trainer hung so)
+        Example(
+            _TRAINER_VALIDATES.format(plugin=_FSDP_PLUGIN, guard="if self.is_main:\n            "),
+            26,
+            19,
+        ),
         # an evaluation helper whose forward (a collective under FSDP only) comes before the
         # gather of its losses (one on every backend), nested in main() as Hugging Face's
         # no_trainer scripts write it, and run once more on the main process for the results
@@ -435,6 +480,20 @@ class CollectiveOnSomeRanks(Rule):
             "if accelerator",
             "if hasattr(model, 'module'):\n    model = model.module\nif accelerator",
             1,
+        ),
+        # the same trainer under DDP (no sharding engine named, no buffers): the main process
+        # alone may run the forward; and under FSDP with every rank validating
+        _TRAINER_VALIDATES.format(plugin="", guard="if self.is_main:\n            "),
+        _TRAINER_VALIDATES.format(plugin=_FSDP_PLUGIN, guard=""),
+        # ... and where a method binds self.model anew (unwrapped), in any spelling: which
+        # model a later method runs depends on the order of the calls, not reported
+        *(
+            _validated_beside_a_finish(rebinding)
+            for rebinding in (
+                "self.model = self.accelerator.unwrap_model(self.model)",
+                "self.model, self.optimizer = self.accelerator.unwrap_model(self.model), None",
+                "self.model: torch.nn.Module = self.accelerator.unwrap_model(self.model)",
+            )
         ),
         # no buffers: DDP's forward broadcasts nothing
         _BUFFERED.replace("torch.nn.BatchNorm1d(8)", "torch.nn.Dropout(0.1)")

@@ -5,8 +5,9 @@ import libcst as cst
 from accelify.analysis.collectives import DDP, backends_in_view
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import last_binding
+from accelify.analysis.names import OPTIMIZER_NAMES
 from accelify.analysis.objects import bound_arguments
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, unwrapped_argument, walk
 from accelify.lint.rule import (
     HEADER,
@@ -166,7 +167,7 @@ class LoadOnOneRank(Rule):
             if not _trains_after(script, call, 0):
                 continue
             accelerator = accelerator_name(script, call)
-            guard = _guard(script, call)
+            guard = _guard(script, call) or script.rank_guard_of(call)
             where = f" at line {script.line(guard)}" if guard is not None else ""
             sharded = (
                 "; under FSDP or DeepSpeed, which this script names, loading into the sharded "
@@ -174,15 +175,31 @@ class LoadOnOneRank(Rule):
                 if backends_in_view(script) != {DDP}
                 else ""
             )
+            kind = _state_kind(script, name, call)
+            if kind is Kind.OPTIMIZER:
+                reason = (
+                    "the other ranks keep their own optimizer state (moments, step counts), "
+                    "so from the same averaged gradients they take different steps and the "
+                    "ranks train apart"
+                )
+            elif kind is Kind.SCHEDULER:
+                reason = (
+                    "the other ranks keep their own schedule (its step count), so their "
+                    "learning rates differ, they take different steps from the same averaged "
+                    "gradients and the ranks train apart"
+                )
+            else:
+                reason = (
+                    "DistributedDataParallel copies the main process's weights to the other "
+                    "ranks only then, so they keep their old weights and the ranks train apart"
+                )
             yield self.finding(
                 script,
                 call,
                 message=(
                     f"Load {name} on every rank (outside the rank test{where}): "
-                    f"{accelerator}.prepare has already wrapped it, and DistributedDataParallel "
-                    "copies the main process's weights to the other ranks only then, so they "
-                    "keep their old weights and the ranks train apart; or load it before "
-                    f"{accelerator}.prepare{sharded}"
+                    f"{accelerator}.prepare has already wrapped it, and {reason}; or load it "
+                    f"before {accelerator}.prepare{sharded}"
                 ),
             )
 
@@ -270,6 +287,28 @@ def _after_a_prepare(script: ScriptModel, call: cst.Call) -> bool:
         ):
             return True
     return False
+
+
+def _state_kind(script: ScriptModel, name: str, at: cst.CSTNode) -> Kind | None:
+    """What the object whose state is loaded is, for the reason the message gives (an
+    optimizer's moments, a schedule's step count, a model's weights that DDP copies once): its
+    kind by the analysis, else the kind of what the ``prepare`` that returned it was handed at
+    its place, else its name (a trainer's ``self.optimizer``, ``self.lr_scheduler`` handed in
+    by a caller the analysis does not read)."""
+    flow = facts_of(script).flow
+    kind = flow.kind_of(name, at)
+    for prepare in script.prepare_calls:
+        if kind is not None:
+            break
+        if name in prepare.outputs and len(prepare.inputs) == len(prepare.outputs):
+            kind = flow.kind_of(prepare.inputs[prepare.outputs.index(name)], prepare.call)
+    if kind is None:
+        last = name.rsplit(".", 1)[-1].lower()
+        if last in OPTIMIZER_NAMES:
+            return Kind.OPTIMIZER
+        if "scheduler" in last:
+            return Kind.SCHEDULER
+    return kind
 
 
 def _loaded_object(

@@ -16,6 +16,27 @@ from accelify.lint.rule import (
     Finding,
     Rule,
     accelerator_at,
+    accelerator_missing,
+)
+
+#: A teacher trained with a plain backward in ``main()``, before the distiller that makes the
+#: Accelerator and prepares the student: no accelerator exists where the teacher trains.
+_TEACHER_FIRST = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Distiller:\n"
+    "    def __init__(self, student, optimizer):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.student, self.opt = self.accelerator.prepare(student, optimizer)\n\n\n"
+    "def main(teacher, student, loader):\n"
+    "    topt = torch.optim.Adam(teacher.parameters())\n"
+    "    for x, y in loader:\n"
+    "        topt.zero_grad()\n"
+    "        torch.nn.functional.cross_entropy(teacher(x), y).backward()\n"
+    "        topt.step()\n"
+    "    d = Distiller(student, torch.optim.Adam(student.parameters()))\n"
+    "    loader = d.accelerator.prepare(loader)\n\n\n"
+    "if __name__ == '__main__':\n"
+    "    main(*build())\n"
 )
 
 
@@ -125,6 +146,9 @@ class LossBackward(Rule):
             1,
             HEADER + "accelerator.backward((out - y).pow(2).mean(), retain_graph=True)\n",
         ),
+        # a teacher trained before the trainer that makes the Accelerator: none exists at
+        # this line, and the advice says what to add rather than name one it cannot reach
+        Example(_TEACHER_FIRST, 15, 9),
         Example(  # a helper no accelerator reaches, called with what prepare returned
             "from accelify import Accelerator\n"
             + "def fit(net, batches, opt):\n"
@@ -312,7 +336,9 @@ class LossBackward(Rule):
             acc = accelerator_at(script, call)
             if acc is None:
                 if not single_device_twin(facts, call):
-                    yield self.finding(script, call)
+                    # no accelerator reaches this line: the advice says what to add first
+                    message = self.message + accelerator_missing(script, call)
+                    yield self.finding(script, call, message=message)
                 continue
             if _scaled_by_hand(script, call) and not _accelerator_never_scales(script):
                 # kept inside accelerator.backward, the GradScaler's scaling would come on top

@@ -12,7 +12,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.project_modules import read, split_member
 from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import all_params, dotted, has_parameter, walk
+from accelify.analysis.syntax import all_params, dotted, has_parameter, top_level_functions, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 if TYPE_CHECKING:
@@ -389,12 +389,10 @@ def _shared_work(script: ScriptModel, function: cst.FunctionDef) -> bool:
 def _asked_in(script: ScriptModel, name: str) -> cst.Call | None:
     """The builtin ``input()`` the module-level function ``name`` of ``script`` runs on every
     call of it (none under a rank test of its own)."""
-    function = next(
-        (s for s in script.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
-        None,
-    )
-    if function is None:
+    functions = top_level_functions(script.module, name)
+    if not functions:
         return None
+    function = functions[0]
     facts = facts_of(script)
     guards = facts.ranks.backend_guards
     for call in script.calls:

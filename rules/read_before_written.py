@@ -5,6 +5,7 @@ import libcst as cst
 from accelify.analysis.alike_tests import alike_by_its_callers
 from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
+from accelify.analysis.name_scopes import binding_spellings
 from accelify.analysis.process_count import several_processes
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.shared_files import SharedFile
@@ -88,6 +89,27 @@ _EVERY_EPOCH = (
 )
 
 
+#: A trainer's step tested twice, a barrier under the first and the read under the second;
+#: ``{between}`` runs between the two tests.
+_STEP_TESTED_TWICE = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model = self.accelerator.prepare(model)\n"
+    "        self.global_step = 0\n\n"
+    "    def train(self, loader):\n"
+    "        for batch in loader:\n"
+    "            if self.accelerator.is_main_process:\n"
+    "                torch.save(self.accelerator.unwrap_model(self.model).state_dict(), 'c.pt')\n"
+    "            if self.global_step % 5 == 0:\n"
+    "                self.accelerator.wait_for_everyone()\n"
+    "{between}"
+    "            if self.global_step % 5 == 0:\n"
+    "                state = torch.load('c.pt')\n"
+)
+
+
 class ReadBeforeWritten(Rule):
     """A file written on the main process only (under ``if accelerator.is_main_process:`` or
     ``is_local_main_process``, by ``accelerator.save``, which writes there whoever calls it, or
@@ -159,6 +181,44 @@ class ReadBeforeWritten(Rule):
             ),
             9,
             13,
+        ),
+        # the read under a test spelt as the barrier's, but what it reads changes between
+        # them: a pass may skip the barrier and take the read
+        Example(
+            HEADER
+            + "import torch\n"
+            + "every = 5\n"
+            + "for epoch in range(epochs):\n"
+            + "    if accelerator.is_main_process:\n"
+            + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
+            + "    if epoch % every == 0:\n"
+            + "        accelerator.wait_for_everyone()\n"
+            + "    every += 1\n"
+            + "    if epoch % every == 0:\n"
+            + "        state = torch.load('ckpt.pt')\n",
+            12,
+            17,
+        ),
+        # ... or the test reads a counter the code between steps (self.global_step += 1)
+        Example(_STEP_TESTED_TWICE.format(between="            self.global_step += 1\n"), 19, 25),
+        # ... or a name that a function called between may rebind (``global every``)
+        Example(
+            HEADER
+            + "import torch\n"
+            + "every = 5\n"
+            + "def bump():\n"
+            + "    global every\n"
+            + "    every += 1\n"
+            + "for epoch in range(epochs):\n"
+            + "    if accelerator.is_main_process:\n"
+            + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
+            + "    if epoch % every == 0:\n"
+            + "        accelerator.wait_for_everyone()\n"
+            + "    bump()\n"
+            + "    if epoch % every == 0:\n"
+            + "        state = torch.load('ckpt.pt')\n",
+            15,
+            17,
         ),
         # a barrier in one case of a match: the other epochs read without waiting
         Example(
@@ -374,6 +434,19 @@ class ReadBeforeWritten(Rule):
         + "            torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
         + "        accelerator.wait_for_everyone()\n"
         + "        state = torch.load('ckpt.pt')\n",
+        # ... or the barrier and the read each under its own `if` of that same test, nothing
+        # it reads bound between them: a pass that reads has waited
+        HEADER
+        + "import torch\n"
+        + "for epoch in range(epochs):\n"
+        + "    if accelerator.is_main_process:\n"
+        + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
+        + "    if epoch % 5 == 0:\n"
+        + "        accelerator.wait_for_everyone()\n"
+        + "    if epoch % 5 == 0:\n"
+        + "        state = torch.load('ckpt.pt')\n",
+        # ... also where the test reads a member nothing between changes
+        _STEP_TESTED_TWICE.format(between=""),
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
         _SAVED_BY_A_HELPER_OBJECT.format(
@@ -879,10 +952,75 @@ def _skipped_branch(
             test = ancestor.test
             several = several_processes(script, test, ancestor)
             by_rank = script.reads_rank(test) and not _launch_test(script, test)
-            if not (several or by_rank):
+            if not (several or by_rank or _read_under_the_same_test(script, ancestor, call, read)):
                 return ancestor
         child = ancestor
     return None
+
+
+def _read_under_the_same_test(
+    script: ScriptModel, branch: cst.If, barrier: cst.Call, read: cst.CSTNode
+) -> bool:
+    """``if epoch % 5 == 0: accelerator.wait_for_everyone()``, then ``if epoch % 5 == 0: state =
+    torch.load(...)``: the read sits in the same arm of a later ``if`` of the same function
+    whose test is spelt the same, calls nothing, and reads no name bound between the two: a run
+    that reads has passed the barrier. (A test that differs between the ranks is excluded
+    before: `_skipped_branch` leaves rank tests alone.)"""
+    arm = "body" if script.inside(barrier, branch.body) else "orelse"
+    if any(isinstance(node, cst.Call) for node in walk(branch.test)):
+        return False
+    spelled = _spelling(script, branch.test)
+    function = script.index.enclosing_function(branch)
+    start = script.order(branch)
+    for ancestor in script.ancestors(read):
+        if isinstance(ancestor, cst.FunctionDef):
+            return False
+        if not (
+            isinstance(ancestor, cst.If)
+            and script.order(ancestor) > start
+            and script.index.enclosing_function(ancestor) is function
+            and _spelling(script, ancestor.test) == spelled
+        ):
+            continue
+        held = ancestor.body if arm == "body" else ancestor.orelse
+        if held is None or not script.inside(read, held):
+            continue
+        waited = branch.body if arm == "body" else branch.orelse
+        return _test_unchanged(script, branch, waited, ancestor)
+    return False
+
+
+def _test_unchanged(
+    script: ScriptModel, first: cst.If, waited: cst.CSTNode, second: cst.If
+) -> bool:
+    """Nothing run between ``first``'s test and ``second``'s may change what the (same) test
+    reads, so both give the same answer: no binding of any kind of a name it reads between
+    them (`binding_spellings`: an assignment, a ``for``, an import, a ``with ... as``, a
+    ``match`` capture, a ``del``), none declared ``global`` or ``nonlocal`` anywhere (a call
+    between may rebind it), and where it reads a member or an item (``self.global_step``,
+    ``flags[0]``), no call and no assignment at all between (``self.global_step += 1``, a
+    method that counts) outside the arm that ``waited`` (a pass that ran it has waited): a
+    pass may otherwise skip the barrier and take the read."""
+    start, end = script.order(first), script.order(second)
+    for name in _reads(script, second.test):
+        for spelled in binding_spellings(script, name):
+            if isinstance(script.parent(spelled), cst.NameItem):
+                return False  # ``global every``: whatever a call runs may rebind it
+            if start < script.order(spelled) < end:
+                return False
+    if not any(isinstance(n, (cst.Attribute, cst.Subscript)) for n in walk(second.test)):
+        return True
+    changing = (
+        *script.calls,
+        *script.index.of_type((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del)),
+    )
+    return not any(
+        start < script.order(node) < end and not script.inside(node, waited) for node in changing
+    )
+
+
+def _spelling(script: ScriptModel, test: cst.BaseExpression) -> str:
+    return "".join(script.module.code_for_node(test).split())
 
 
 def _launch_test(script: ScriptModel, test: cst.BaseExpression) -> bool:

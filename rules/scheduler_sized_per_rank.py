@@ -5,13 +5,14 @@ import libcst as cst
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.scheduler_preparation import (
+    PROCESS_COUNT,
     prepared_schedulers,
     preparing_call,
     sized_by_a_prepared_loader,
     steps_once_per_process,
 )
-from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import root_name
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, root_name, walk
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
 _HEAD = (
@@ -37,6 +38,22 @@ _SIZED = (
 )
 
 
+_BEFORE_PREPARE = (
+    "import math\n"
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from transformers import get_scheduler\n"
+    "accelerator = Accelerator()\n"
+    "optimizer = torch.optim.AdamW(model.parameters())\n"
+    "total_steps = len(loader) * 3\n"
+    "scheduler = get_scheduler('cosine', optimizer, num_warmup_steps=100,\n"
+    "                          num_training_steps={steps})\n"
+    "model, optimizer, loader, scheduler = accelerator.prepare(\n"
+    "    model, optimizer, loader, scheduler\n"
+    ")\n" + _LOOP
+)
+
+
 class SchedulerSizedPerRank(Rule):
     """A scheduler sized with ``len()`` of a DataLoader that ``prepare`` already sharded, then
     passed to ``prepare`` itself. The prepared loader yields each rank's share of the batches,
@@ -55,7 +72,16 @@ class SchedulerSizedPerRank(Rule):
     loader was prepared, a sizing that names ``num_processes`` (or ``world_size``), a scheduler
     left out of ``prepare``, an Accelerator with ``split_batches=True`` or
     ``step_scheduler_with_optimizer`` set, or made elsewhere (its settings are not in the
-    file), and a scheduler stepped once per epoch (ACC408's)."""
+    file), and a scheduler stepped once per epoch (ACC408's).
+
+    The converse is reported too: ``len()`` of the DataLoader taken before ``prepare`` (every
+    rank's batches) and then multiplied by ``accelerator.num_processes`` as well, the diffusers
+    factor put on a count that already holds it (a ViT ImageNet trainer: ``num_training_steps
+    * accelerator.num_processes`` with ``num_training_steps = len(trainloader) * epochs``). Each
+    rank then steps it ``len / N`` times, ``N`` at each call: ``len`` a pass, so the schedule
+    is N times too long, its warmup N times longer and its decay never reached. Not reported
+    where the sizing divides by the process count anywhere (diffusers' ``math.ceil(len(loader)
+    / accelerator.num_processes)`` multiplied back is right)."""
 
     code = "ACC415"
     name = "scheduler-sized-per-rank"
@@ -109,6 +135,18 @@ class SchedulerSizedPerRank(Rule):
             11,
             33,
         ),
+        # the converse: the whole DataLoader's length, taken before prepare, multiplied by the
+        # process count as well (a ViT ImageNet trainer, lintreal38)
+        Example(_BEFORE_PREPARE.format(steps="total_steps * accelerator.num_processes"), 11, 31),
+        # ... the factor put on by an augmented assignment
+        Example(
+            _BEFORE_PREPARE.format(steps="total_steps").replace(
+                "total_steps = len(loader) * 3\n",
+                "total_steps = len(loader) * 3\ntotal_steps *= accelerator.num_processes\n",
+            ),
+            12,
+            31,
+        ),
         # the dict prepared entry by entry, one of its entries read under a name of its own
         Example(
             _HEAD.replace(
@@ -124,6 +162,21 @@ class SchedulerSizedPerRank(Rule):
         ),
     )
     good = (
+        # the converse's fix: the whole length alone, or the shard's length times the count
+        _BEFORE_PREPARE.format(steps="len(loader) * 3"),
+        _BEFORE_PREPARE.format(
+            steps="math.ceil(len(loader) / accelerator.num_processes) * 3"
+            " * accelerator.num_processes"
+        ),
+        # the whole length alone, the factor on the warmup (diffusers' convention) or on the
+        # optimizer's learning rate: nothing multiplies the length twice
+        _BEFORE_PREPARE.format(steps="total_steps").replace(
+            "num_warmup_steps=100", "num_warmup_steps=100 * accelerator.num_processes"
+        ),
+        _BEFORE_PREPARE.format(steps="total_steps").replace(
+            "AdamW(model.parameters())",
+            "AdamW(model.parameters(), lr=1e-4 * accelerator.num_processes)",
+        ),
         # the dict's entry sized before it is prepared
         "import torch\n"
         "from accelerate import Accelerator\n"
@@ -173,6 +226,7 @@ class SchedulerSizedPerRank(Rule):
                 continue  # stepped per epoch (ACC408), or not stepped here
             length = sized_by_a_prepared_loader(script, argument)
             if length is None:
+                yield from self._counted_twice(script, argument)
                 continue
             measured = script.module.code_for_node(length)
             given = script.module.code_for_node(argument.value)
@@ -189,6 +243,138 @@ class SchedulerSizedPerRank(Rule):
             yield self.finding(
                 script, argument, message=in_file_words(text, accelerator_name(script, argument))
             )
+
+    def _counted_twice(self, script: ScriptModel, argument: cst.Arg) -> Iterator[Finding]:
+        found = _whole_length_times_processes(script, argument)
+        if found is None:
+            return
+        length, count = found
+        given = script.module.code_for_node(argument.value)
+        text = (
+            f"Size {given} without the num_processes factor: it was sized with "
+            f"{script.module.code_for_node(length)} (line {script.line(length)}), the batches of "
+            "the DataLoader before prepare shards it (every rank's), and multiplied by "
+            f"{script.module.code_for_node(count)} (line {script.line(count)}) too; prepared, "
+            "each rank steps it once per batch of its 1/N shard and each step() advances it "
+            "num_processes times, one pass of that length, so on N processes its schedule is N "
+            "times too long (the warmup too, the decay never reached); drop the factor, or "
+            "multiply len() of the prepared DataLoader by it"
+        )
+        yield self.finding(
+            script, argument, message=in_file_words(text, accelerator_name(script, argument))
+        )
+
+
+_TWICE_DEPTH = 3
+
+
+def _whole_length_times_processes(
+    script: ScriptModel, argument: cst.Arg
+) -> tuple[cst.Call, cst.CSTNode] | None:
+    """The ``len(loader)`` and the process count a prepared scheduler's sizing multiplies,
+    where ``loader`` is prepared only after that ``len()`` (by the same name): the whole
+    DataLoader's batches, already every rank's. None when a division by the process count
+    (or a length of an already prepared loader) is on the way."""
+    prepare = next((a for a in script.ancestors(argument) if isinstance(a, cst.Call)), None)
+    given = dotted(argument.value)
+    if prepare is None or given is None:
+        return None
+    binding = last_binding(script, given, prepare)
+    if not isinstance(binding, cst.Assign) or not isinstance(binding.value, cst.Call):
+        return None
+    # argument by argument: the factor must multiply the length itself, not the warmup
+    # (``num_warmup_steps=100 * accelerator.num_processes``, diffusers' convention, right) nor
+    # the optimizer's learning rate (``lr=base_lr * accelerator.num_processes``)
+    skipped = script.names_of(Kind.MODEL, Kind.OPTIMIZER, Kind.ACCELERATOR)
+    found: tuple[cst.Call, cst.CSTNode] | None = None
+    for given_argument in binding.value.args:
+        lengths: list[cst.Call] = []
+        counts: list[cst.CSTNode] = []
+        if not _collect(
+            script, given_argument.value, binding, _TWICE_DEPTH, set(), lengths, counts, skipped
+        ):
+            return None  # a division by the process count anywhere: sized per rank on purpose
+        whole = [n for n in lengths if _prepared_after(script, n)]
+        if found is None and whole and len(whole) == len(lengths) and counts:
+            found = whole[0], counts[0]
+    return found
+
+
+def _collect(
+    script: ScriptModel,
+    expression: cst.CSTNode,
+    at: cst.CSTNode,
+    depth: int,
+    seen: set[int],
+    lengths: list[cst.Call],
+    counts: list[cst.CSTNode],
+    skipped: set[str],
+) -> bool:
+    """Gather the ``len()`` calls and process-count factors ``expression`` reads, through the
+    names it reads (their last binding above ``at``) other than ``skipped`` (the model, the
+    optimizer, the accelerator: what built them sizes nothing); False on a division by the
+    count."""
+    if id(expression) in seen:
+        return True
+    seen.add(id(expression))
+    for node in walk(expression):
+        if isinstance(node, cst.BinaryOperation):
+            divisor = script.module.code_for_node(node.right)
+            dividing = isinstance(node.operator, (cst.Divide, cst.FloorDivide, cst.Modulo))
+            if dividing and PROCESS_COUNT.search(divisor):
+                return False
+        if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
+            lengths.append(node)
+            continue
+        if isinstance(node, (cst.Attribute, cst.Name)) and PROCESS_COUNT.fullmatch(
+            node.attr.value if isinstance(node, cst.Attribute) else node.value
+        ):
+            counts.append(node)
+            continue
+        if depth > 0 and isinstance(node, cst.Name):
+            parent = script.parent(node)
+            if isinstance(parent, cst.Attribute) or (
+                isinstance(parent, cst.Call) and parent.func is node
+            ):
+                continue  # ``args.epochs``, ``accelerator.num_processes``, a function called
+            if node.value in skipped:
+                continue
+            named = last_binding(script, node.value, at)
+            while isinstance(named, cst.AugAssign):  # ``steps *= accelerator.num_processes``
+                divisor = script.module.code_for_node(named.value)
+                dividing = isinstance(
+                    named.operator, (cst.DivideAssign, cst.FloorDivideAssign, cst.ModuloAssign)
+                )
+                if dividing and PROCESS_COUNT.search(divisor):
+                    return False
+                if not _collect(
+                    script, named.value, named, depth - 1, seen, lengths, counts, skipped
+                ):
+                    return False
+                named = last_binding(script, node.value, named)  # what it updated
+            if isinstance(named, cst.Assign) and not _collect(
+                script, named.value, named, depth - 1, seen, lengths, counts, skipped
+            ):
+                return False
+    return True
+
+
+def _prepared_after(script: ScriptModel, length: cst.Call) -> bool:
+    """The loader ``len()`` measures is handed to a ``prepare`` below it, under the same name,
+    in the same function, and no ``prepare`` above it returned that name."""
+    name = dotted(length.args[0].value)
+    if name is None:
+        return False
+    scope = script.scope_of(length)
+    at = script.order(length)
+    later = False
+    for prepare in script.prepare_calls:
+        if name not in prepare.outputs or script.scope_of(prepare.call) is not scope:
+            continue
+        if script.order(prepare.call) < at:
+            return False
+        later = later or name in prepare.inputs
+    return later
 
 
 def _where_prepared(script: ScriptModel, length: cst.Call) -> str:

@@ -8,8 +8,10 @@ from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
+from accelify.analysis.outside_callers import ProjectView
+from accelify.analysis.project_modules import read
 from accelify.analysis.repeated_effects import callers_of
-from accelify.analysis.returned_values import held_by_callers
+from accelify.analysis.returned_values import held_by_callers, returned_tuples, unpacked_slot
 from accelify.analysis.sample_counts import first_dimension_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
@@ -159,6 +161,40 @@ _EVALUATOR_OBJECT = (
 )
 
 
+#: A trainer whose training loop runs its backward two calls down (``self.update(loss)`` ->
+#: ``self._backward(loss)`` -> ``accelerator.backward``): a training loop, not an evaluation,
+#: beside an evaluation loop of its own (``{gather}``: the gather, if any).
+_UPDATE_TWO_CALLS_DOWN = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer, loader, val_loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer, self.loader, self.val_loader = (\n"
+    "            self.accelerator.prepare(model, optimizer, loader, val_loader))\n\n"
+    "    def _backward(self, loss):\n"
+    "        self.accelerator.backward(loss)\n\n"
+    "    def update(self, loss):\n"
+    "        self._backward(loss)\n"
+    "        self.optimizer.step()\n"
+    "        self.optimizer.zero_grad()\n\n"
+    "    def fit(self):\n"
+    "        epoch_loss = 0.0\n"
+    "        for batch in self.loader:\n"
+    "            loss = self.model(batch).mean()\n"
+    "            self.update(loss)\n"
+    "            epoch_loss += loss.item()\n"
+    "        return epoch_loss\n\n"
+    "    @torch.no_grad()\n"
+    "    def evaluate(self):\n"
+    "        correct = 0\n"
+    "        for x, y in self.val_loader:\n"
+    "            preds = self.model(x).argmax(-1)\n"
+    "{gather}"
+    "            correct += (preds == y).sum().item()\n"
+    "        return correct\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -193,6 +229,9 @@ class UngatheredMetric(Rule):
         ),
         # gradients turned off inside the loop's body: an evaluation through the step function
         Example(_STEP_WITH_GRADIENTS_OFF.format(after="print(total / len(test_loader))\n"), 19, 5),
+        # the trainer's evaluation loop: reported, and its training loop (the backward two
+        # calls down) is not
+        Example(_UPDATE_TWO_CALLS_DOWN.format(gather=""), 32, 13),
         # an evaluator object: the loader its constructor keeps is the prepared one
         Example(_EVALUATOR_OBJECT.format(gather=""), 15, 13),
         # ... the same helper's tuple with the references left ungathered: this rank's labels
@@ -794,6 +833,11 @@ class UngatheredMetric(Rule):
         + "        correct += (preds == y).sum().item()\n"
         + "correct_tensor = torch.tensor([correct], device=accelerator.device)\n"
         + "all_correct = accelerator.gather(correct_tensor).sum().item()\n",
+        # the same trainer gathering in its evaluation: its training loop, whose backward
+        # runs two calls down, is no evaluation either
+        _UPDATE_TWO_CALLS_DOWN.format(
+            gather="            preds, y = self.accelerator.gather_for_metrics((preds, y))\n"
+        ),
         # a trainer's loop whose backward runs in a method of its base class
         # (``self.backward_pass(loss)`` -> ``self.accelerator.backward``): training totals
         "from accelerate import Accelerator\n"
@@ -2019,12 +2063,10 @@ def _stats_dict(script: ScriptModel, loop: Loop, at: cst.CSTNode) -> str | None:
         if isinstance(target, cst.Name) and target.value == name:
             if _fixed_scalar_dict(script, assign.value, name, loop.node.body):
                 return name
-        elif isinstance(target, cst.Tuple) and isinstance(assign.value, cst.Call):
-            places = [dotted(e.value) for e in target.elements]
-            if (
-                name in places
-                and not _keys_changed(script, name, loop.node.body)
-                and _returns_a_dict_at(script, assign.value, places.index(name))
+        elif (unpacked := unpacked_slot(assign, name)) is not None:
+            _, slot, width = unpacked
+            if not _keys_changed(script, name, loop.node.body) and _returns_a_dict_at(
+                script, assign.value, slot, width
             ):
                 return name
     return None
@@ -2119,21 +2161,19 @@ def _keys_changed(script: ScriptModel, name: str, scope: cst.CSTNode) -> bool:
     return False
 
 
-def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int) -> bool:
-    """Every ``return`` of the function ``call`` runs hands back a tuple whose element at
-    ``place`` is a dict of fixed keys and scalar values (`_fixed_scalar_dict`), or a name the
-    function binds to one only."""
+def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int, width: int) -> bool:
+    """Every ``return`` of the function ``call`` runs hands back a tuple of ``width`` elements
+    (`returned_tuples`) whose element at ``place`` is a dict of fixed keys and scalar values
+    (`_fixed_scalar_dict`), or a name the function binds to one only."""
     found = script.call_graph.callee(call)
     if found is None:
         return False
     function = found[0]
     returns = [r for r in walk(function.body) if isinstance(r, cst.Return) and r.value is not None]
-    if not returns:
+    tuples = returned_tuples([r.value for r in returns])
+    if tuples is None or len(tuples[0].elements) != width:
         return False
-    for returned in returns:
-        value = returned.value
-        if not isinstance(value, cst.Tuple) or len(value.elements) <= place:
-            return False
+    for value in tuples:
         element = value.elements[place].value
         if _fixed_scalar_dict(script, element, "", function.body):
             continue
@@ -2260,9 +2300,121 @@ def _reduced_by_callers(
     if _gathered_at_every_call(script, facts, function, target, accelerators):
         return True
     held = held_by_callers(facts, function, {target})
-    return bool(held) and all(
-        _reduced_later(script, statement, name, all_calls, accelerators) for statement, name in held
-    )
+    if held:
+        return all(
+            _reduced_later(script, statement, name, all_calls, accelerators)
+            for statement, name in held
+        )
+    return _combined_by_other_modules(script, facts, function, target)
+
+
+def _combined_by_other_modules(
+    script: ScriptModel, facts: Facts, function: cst.FunctionDef, target: str
+) -> bool:
+    """A helper module's evaluation (``def evaluate(model, loader): ... return
+    torch.cat(preds)``) that this file never calls, and that every call of the project's other
+    modules combines across the ranks, read in the caller's own analysis: handed straight to
+    a gather (``accelerator.gather_for_metrics(utils.evaluate(model, loader))``), or bound to
+    a name a collective reads after it (``preds = utils.evaluate(...)``, then
+    ``accelerator.gather_for_metrics(preds)``). What the helper returns is this rank's; its
+    callers make it the whole set's. The total may be one slot of a returned tuple (``return
+    torch.cat(preds), torch.cat(labels)``): a caller then gathers the whole tuple, or the name
+    its unpacking binds at that slot (``preds, labels = utils.evaluate(...)``)."""
+    project = script.project
+    if project is None or facts.flow.calls_of(function):
+        return False
+    slot = _returned_slot(script, function, target)
+    if slot is False:
+        return False
+    owner = facts.placement.class_of(function)
+    sites = project.callers_of(function, owner.name.value if owner is not None else None)
+    if not sites or _named_but_not_called(project, function.name.value):
+        return False
+    return all(_combined_at(caller, call, slot) for caller, call, _ in sites)
+
+
+def _named_but_not_called(project: ProjectView, name: str) -> bool:
+    """A module of the project that imports this one names ``name`` other than in a plain
+    import, a call or a definition: an alias (``from utils import evaluate as ev``), a
+    reference kept or handed on (``fn = utils.evaluate``, ``pool.map(utils.evaluate, ...)``).
+    Its calls are not among those `callers_of` finds, so whether they gather is not known
+    (a module that cannot be parsed counts so too)."""
+    for path in dict.fromkeys((*project.handing, *project.importers, *project.callers)):
+        data = read(path)
+        if name.encode() not in data:
+            continue
+        try:
+            module = cst.parse_module(data)
+        except (cst.ParserSyntaxError, ValueError):  # ValueError: UnicodeDecodeError too
+            return True
+        allowed: set[int] = set()
+        for node in walk(module):
+            if isinstance(node, cst.Call):
+                func = node.func
+                allowed.add(id(func.attr if isinstance(func, cst.Attribute) else func))
+            elif isinstance(node, cst.FunctionDef | cst.ClassDef) or (
+                isinstance(node, cst.ImportAlias) and node.asname is None
+            ):
+                allowed.add(id(node.name))
+        if any(
+            isinstance(node, cst.Name) and node.value == name and id(node) not in allowed
+            for node in walk(module)
+        ):
+            return True
+    return False
+
+
+def _returned_slot(
+    script: ScriptModel, function: cst.FunctionDef, target: str
+) -> tuple[int, int] | bool | None:
+    """Where every return of ``function`` hands back the total ``target``: None for the whole
+    value, ``(slot, width)`` for one place of a tuple of that many elements (`returned_tuples`,
+    the same place in each), False where some return hands back anything else."""
+    values = [r.value for r in script.index.own_returns(function)]
+    if not values:
+        return False
+    if all(_returns_total(script, value, target) for value in values):
+        return None
+    tuples = returned_tuples(values)
+    if tuples is None:
+        return False
+    places = {
+        tuple(i for i, e in enumerate(t.elements) if _returns_total(script, e.value, target))
+        for t in tuples
+    }
+    if len(places) != 1 or len(place := places.pop()) != 1:
+        return False
+    return place[0], len(tuples[0].elements)
+
+
+def _combined_at(caller: ScriptModel, call: cst.Call, slot: tuple[int, int] | None) -> bool:
+    """``call``, in the caller's file, is an argument of a collective, or its whole result is
+    bound to one name that a collective reaches after it, before any other read (or, for a
+    total at ``slot`` of a returned tuple, the name an unpacking of as many targets binds
+    there)."""
+    accelerators = caller.names_of(Kind.ACCELERATOR)
+    argument = caller.parent(call)
+    gather = caller.parent(argument) if isinstance(argument, cst.Arg) else None
+    if isinstance(gather, cst.Call) and (
+        _is_collective(gather, accelerators) or combines_ranks(caller, gather)
+    ):
+        return True
+    statement = caller.parent(call)
+    if not (
+        isinstance(statement, cst.Assign)
+        and statement.value is call
+        and len(statement.targets) == 1
+    ):
+        return False
+    target = statement.targets[0].target
+    if slot is not None and isinstance(target, cst.Tuple | cst.List):
+        elements = target.elements
+        if len(elements) != slot[1] or any(isinstance(e, cst.StarredElement) for e in elements):
+            return False
+        target = elements[slot[0]].value
+    if not isinstance(target, cst.Name):
+        return False
+    return _reduced_later(caller, statement, target.value, calls(caller), accelerators)
 
 
 #: Calls that join a list of tensors and keep every value: what they return is the total.

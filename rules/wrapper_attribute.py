@@ -20,6 +20,8 @@ from accelify.analysis.syntax import (
     dotted,
     has_parameter,
     keyword_value,
+    top_level_functions,
+    value_assigned_to,
     walk,
 )
 from accelify.analysis.wrapper_tests import WRAPPER_TESTS, contains, in_unwrapped_branch
@@ -219,6 +221,42 @@ _STEP_MODEL = (
     "model = Regressor()\n"
     "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+)
+
+
+#: A trainer that keeps what its constructor is handed by one tuple assignment (cgftp's
+#: ``train``), built with the prepared model: ``self.model`` is the wrapper in its constructor
+#: and its methods. ``{read}``: how the step reads the model's own member.
+_TUPLE_KEPT_TRAINER = (
+    "import torch\n"
+    "from accelerate import Accelerator\n\n\n"
+    "class Train:\n"
+    "    def __init__(self, model, optimizer, accelerator):\n"
+    "        self.model, self.optimizer, self.accelerator = model, optimizer, accelerator\n"
+    "        self.cum = self.model.GAT.causal_matrix.detach().clone()\n\n"
+    "    def step(self, loader):\n"
+    "        for x in loader:\n"
+    "            m = {read}.detach().clone()\n"
+    "            self.accelerator.backward(self.model(x, m).sum())\n"
+    "            self.optimizer.step()\n\n\n"
+    "accelerator = Accelerator()\n"
+    "model = torch.nn.Linear(2, 2)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "Train(model, optimizer, accelerator).step(loader)\n"
+)
+
+#: A model of a class the file imports and cannot read (its kind unknown), prepared, then
+#: read past the wrapper; ``{shows}`` is what the file does that only a module allows.
+_IMPORTED_CLASS_MODEL = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from model import CausalGAT\n"
+    "accelerator = Accelerator()\n"
+    "model = CausalGAT(dataset)\n"
+    "{shows}"
+    "model = accelerator.prepare(model)\n"
+    "features = model.embedding.weight\n"
 )
 
 
@@ -573,6 +611,26 @@ class WrapperAttribute(Rule):
         Example(_plain_global_model(""), 10, 23),
         # ... in a function the module defines under an ``if`` and calls there
         Example(_MODEL_READ_IN_A_FUNCTION_UNDER_AN_IF.format(rebind=""), 14, 17),
+        # the trainer kept the prepared model by a tuple assignment: its constructor's read
+        # and its step's are both the wrapper's
+        Example(_TUPLE_KEPT_TRAINER.format(read="self.model.GAT.causal_matrix"), 8, 20),
+        Example(_TUPLE_KEPT_TRAINER.format(read="self.model.GAT.causal_matrix"), 12, 17),
+        # a model of an imported class: its parameters go to an optimizer, or the file unwraps
+        # it (cgftp loads its weights through unwrap_model), so prepare wrapped a module
+        Example(
+            _IMPORTED_CLASS_MODEL.format(
+                shows="optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            ),
+            8,
+            12,
+        ),
+        Example(
+            _IMPORTED_CLASS_MODEL.format(
+                shows="accelerator.unwrap_model(model).load_state_dict(torch.load(path))\n"
+            ),
+            8,
+            12,
+        ),
         # a base trainer's prepare() hands everything to its accelerator's
         Example(_BASE_PREPARE.format(body="self.accelerator.prepare(*args)"), 20, 16),
         Example(  # qiuqiangkong/audio_understanding: an encoder from an imported helper, never
@@ -760,6 +818,13 @@ class WrapperAttribute(Rule):
         _MODEL_READ_IN_A_FUNCTION_UNDER_AN_IF.format(
             rebind="    model = accelerator.unwrap_model(model)\n"
         ),
+        # the tuple-kept trainer reading its model through unwrap_model
+        _TUPLE_KEPT_TRAINER.format(
+            read="self.accelerator.unwrap_model(self.model).GAT.causal_matrix"
+        ).replace("        self.cum = self.model.GAT.causal_matrix.detach().clone()\n", ""),
+        # an object of an imported class that nothing shows to be a module (a tokenizer, a
+        # sampler): prepare hands it back as it is
+        _IMPORTED_CLASS_MODEL.format(shows=""),
         # a reference model frozen in the function that prepares it: prepare leaves it as is
         HEADER
         + "import torchvision\n\n\n"
@@ -1066,6 +1131,7 @@ class WrapperAttribute(Rule):
             )
             return
         accelerator = _accelerator_for(script, owner, attribute, constructed)
+        rest = " ".join(rest.split())  # a subscript written over several lines: one line
         through = (
             f"{accelerator}.unwrap_model({spelled}){rest}"
             if accelerator is not None
@@ -1553,10 +1619,7 @@ def _statement_of(script: ScriptModel, node: cst.CSTNode) -> cst.CSTNode:
 
 def _inside_function(script: ScriptModel, node: cst.CSTNode, name: str) -> bool:
     """``node`` lies in the module-level function ``name`` (a factory of Accelerators)."""
-    return any(
-        isinstance(s, cst.FunctionDef) and s.name.value == name and script.inside(node, s)
-        for s in script.module.body
-    )
+    return any(script.inside(node, f) for f in top_level_functions(script.module, name))
 
 
 def _builds_an_accelerator(script: ScriptModel) -> bool:
@@ -1612,7 +1675,10 @@ def _held_name(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) 
         return None
     here, scope = script.order(at), script.scope_of(at)
     last = None
-    for assign in script.index.assignments_to(spelling):
+    for assign in (
+        *script.index.assignments_to(spelling),
+        *script.index.unpacked_assignments_to(spelling),
+    ):
         if script.scope_of(assign) is not scope or script.order(assign) >= here:
             continue
         if last is None or script.order(assign) > script.order(last):
@@ -1627,9 +1693,12 @@ def _held_name(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) 
     ]
     if prepared:
         return spelling  # ``self.model, ... = self.accelerator.prepare(self.model, ...)`` above
-    if last is None or not isinstance(last.value, cst.Name) or len(assigned_targets(last)) != 1:
+    if last is None:
         return None
-    return last.value.value
+    value = value_assigned_to(last, spelling)
+    if not isinstance(value, cst.Name) or len(assigned_targets(last)) != 1:
+        return None  # (``self.model, self.optimizer = model, optimizer``: ``model``)
+    return value.value
 
 
 def _binds(script: ScriptModel, node: cst.Attribute | cst.Subscript) -> bool:
@@ -1641,6 +1710,10 @@ def _binds(script: ScriptModel, node: cst.Attribute | cst.Subscript) -> bool:
     if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node:
         return True
     return isinstance(parent, cst.Del)
+
+
+#: Methods only a module has: what an object of unknown kind is called with shows it is one.
+_MODULE_ONLY_METHODS = ("train", "eval", "parameters", "named_parameters")
 
 
 def _prepared_model(
@@ -1676,14 +1749,16 @@ def _prepared_model(
         return _parameter_given_prepared_model(script, name, at, unknown_is_model)
     kind = facts.flow.kind_of(name, at)
     if kind is None:  # unknown: a model if the file calls it (``model(batch)``), switches its
-        # mode (``model.train()``) or accumulates its gradients (``accelerator.accumulate(model)``)
+        # mode (``model.train()``), takes its parameters (``model.parameters()``, for an
+        # optimizer), accumulates its gradients (``accelerator.accumulate(model)``) or unwraps
+        # it (``accelerator.unwrap_model(model)``): only a module has these
         spellings = {name, called_as} - {None}
-        modes = {f"{s}.{m}" for s in spellings for m in ("train", "eval")}
+        modes = {f"{s}.{m}" for s in spellings for m in _MODULE_ONLY_METHODS}
         called = any(
             dotted(c.func) in spellings | modes
             or (
                 isinstance(c.func, cst.Attribute)
-                and c.func.attr.value == "accumulate"
+                and c.func.attr.value in ("accumulate", "unwrap_model")
                 and any(dotted(a.value) in spellings for a in c.args)
             )
             for c in script.calls

@@ -298,3 +298,28 @@ def test_an_attribute_folded_from_training_batches_is_not_agreed():
 def test_settings_and_attributes_set_from_constants_stay_agreed():
     assert _test_in_fit("self.patience > 2")
     assert _test_in_fit("slack > 0")
+
+
+def test_a_numpy_score_of_gathered_lists_is_agreed_and_a_random_one_is_not():
+    """trial12: a per-class F1 (``np.maximum``) of predictions and labels joined with
+    ``torch.cat`` from a gathered evaluation is every rank's; a NumPy draw is not."""
+    agreed = _agreed_at_module(
+        """
+        import numpy as np
+
+        def f1_per_class(pred, target):
+            tp = (pred * target).sum(0)
+            return 2 * tp / np.maximum(2 * tp + pred.sum(0) + target.sum(0), 1)
+
+        preds, targets = [], []
+        with torch.no_grad():
+            for (x,) in loader:
+                preds.append(model(x).argmax(-1))
+                targets.append(x[:, 0])
+        f1 = f1_per_class(torch.cat(preds).numpy(), torch.cat(targets).numpy())
+        macro = float(f1.mean())
+        noisy = macro + np.random.rand()
+        """
+    )
+    assert {"f1", "macro"} <= agreed
+    assert "noisy" not in agreed

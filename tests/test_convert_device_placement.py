@@ -41,6 +41,10 @@ CASES = [
     "gan_trainer_makes_tensors_in_the_loop",
     "cpu_only_tensors_made_before_the_loop_meet_the_batch",
     "noise_named_then_added_to_the_batch",
+    "noise_applied_to_each_batch_beside_noise_a_generator_reads",
+    "fixed_sample_and_a_host_draw_fed_to_a_generator_the_conversion_moves",
+    "training_step_of_a_model_class_runs_as_the_wrappers_forward",
+    "ema_copy_made_by_a_method_the_trainer_constructor_calls",
 ]
 
 

@@ -191,6 +191,66 @@ def test_loaders_of_a_sibling_module_train_sharded_on_two_ranks(tmp_path: Path):
     assert re.search(r"all [1-9]\d* printed lines identical", result.stdout), result.stdout
 
 
+LOADER_DICT = FIXTURES / "projects" / "loaders_dict_from_a_sibling_module"
+
+
+def test_a_dict_of_loaders_a_sibling_module_returns_is_prepared_loader_by_loader(
+    tmp_path: Path,
+):
+    """``loaders = make_loaders(8)`` of data.py, which returns ``{"train": DataLoader(...),
+    "val": DataLoader(...)}``: analysed as a dict made here, each loader is prepared where the
+    dict is received (handed to prepare whole, the dict would come back untouched: nothing
+    sharded, and the gathered evaluation would count each sample once per rank)."""
+    shutil.copytree(LOADER_DICT, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    assert (
+        "    loaders = make_loaders(batch_size=8)\n"
+        "    loaders = {key: accelerator.prepare(loader) for key, loader in loaders.items()}\n"
+    ) in converted
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in converted
+    assert "accelerator.gather_for_metrics((outputs, y))" in converted
+    assert not result.reviews
+
+
+def test_a_dict_of_dicts_of_loaders_a_sibling_module_returns_is_left_with_why(tmp_path: Path):
+    # ``{"a": {"train": ..., "val": ...}}``: prepare hands each inner dict back untouched too
+    project = tmp_path / "project"
+    shutil.copytree(LOADER_DICT, project)
+    data = (project / "data.py").read_text()
+    (project / "data.py").write_text(data.replace("return loaders", 'return {"a": loaders}'))
+    train = (project / "train.py").read_text()
+    (project / "train.py").write_text(train.replace('loaders["', 'loaders["a"]["'))
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    assert "loaders.items()" not in converted
+    assert "accelerator.prepare(model, optimizer)" in converted
+    assert "gather_for_metrics" not in converted  # every rank evaluates the whole set
+    assert any(
+        review.line == 9 and "loaders is a dict of dicts of DataLoaders" in review.text
+        for review in result.reviews
+    )
+
+
+@pytest.mark.distributed
+def test_a_dict_of_loaders_of_a_sibling_module_trains_sharded_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(LOADER_DICT, project)
+    assert_ok(run_accelify("convert", project / "train.py", "-o", project / "converted.py"))
+    result = run_accelify(
+        "verify",
+        project / "train.py",
+        project / "converted.py",
+        "--to-end",
+        cwd=tmp_path,
+        timeout=400,
+    )
+    assert_ok(result)
+    assert "verdict: PASS" in result.stdout
+    assert "all 2 printed lines identical" in result.stdout, result.stdout
+    assert "losses differ per shard" in result.stdout
+
+
 TRAINER = FIXTURES / "projects" / "trainer_class_in_a_sibling_module"
 
 
@@ -608,17 +668,125 @@ def _why_unpaired(review: str) -> str:
     return review.split("neither file is converted for it (", 1)[1].split("); by hand", 1)[0]
 
 
-def test_an_engine_module_with_a_class_is_said_to_be_why(tmp_path: Path):
+def test_an_engine_module_with_statements_of_its_own_is_said_to_be_why(tmp_path: Path):
     """The review line of the driver names the one pairing condition that fails (here: the
-    engine holds a class), not every condition as if all applied."""
+    engine runs a statement as it is imported), not every condition as if all applied."""
     project = tmp_path / "project"
     shutil.copytree(ENGINE, project)
     engine = (project / "engine.py").read_text()
-    (project / "engine.py").write_text(engine + "\n\nclass Meter:\n    total = 0\n")
+    (project / "engine.py").write_text(engine + "\n\nSEEN = []\n")
     results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
     assert not results["main.py"].changed
     reasons = {_why_unpaired(n.text) for n in results["main.py"].reviews}
-    assert reasons == {"engine.py holds more than imports and functions (class Meter)"}
+    assert reasons == {"engine.py holds more than imports, functions and classes (statements)"}
+
+
+ENGINE_CLASS = FIXTURES / "projects" / "engine_class_handed_the_model_in_a_sibling_module"
+
+
+def test_an_engine_class_handed_the_model_is_converted_with_its_driver(tmp_path: Path):
+    """trial12: ``Engine(model, optimizer, scheduler, cfg)`` of engine.py (a ``Meter`` class
+    beside it) trains what train.py builds: the two are converted as one script, the
+    Accelerator where the engine receives what it trains, train.py printing through it."""
+    project = tmp_path / "project"
+    shutil.copytree(ENGINE_CLASS, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    engine, train = results["engine.py"], results["train.py"]
+    assert engine.changed and train.changed
+    converted = engine.converted.decode()
+    assert "self.accelerator = Accelerator()" in converted
+    assert "self.accelerator.backward(loss)" in converted
+    assert "class Meter:\n    def __init__(self):\n        self.total = 0.0" in converted
+    assert engine.prepared == ["self.model", "self.optimizer", "self.scheduler"]
+    assert not train.prepared
+    told = engine.changes[0].text
+    assert told.startswith("converted with train.py, which builds what this file trains")
+    driven = train.converted.decode()
+    assert "engine.accelerator.print(" in driven
+    assert "from accelify import" not in driven  # the engine's Accelerator: not read here
+    # the loaders come from data.py's dict (``make_loaders(cfg) -> dict[str, DataLoader]``):
+    # each prepared through the engine's accelerator once, before the loop that hands them on,
+    # the evaluation over the val loader gathered
+    assert (
+        "    loaders = {\n"
+        "        key: engine.accelerator.prepare(loader) for key, loader in loaders.items()\n"
+        "    }\n"
+        "    for epoch in range(start, cfg.epochs):\n"
+    ) in driven
+    assert "self.accelerator.gather_for_metrics((logits, x, y))" in converted
+    reviews = " ".join(r.text for r in [*engine.reviews, *train.reviews])
+    assert "every rank trains on all of it" not in reviews
+    assert "not prepared" not in reviews
+
+
+def test_an_engine_class_in_a_package_is_converted_with_the_driver_beside_the_package(
+    tmp_path: Path,
+):
+    """trial12's layout: ``train.py`` beside ``src/`` (a package), ``from src.engine import
+    Engine``: the driver is found in the folder above the package."""
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "__init__.py").write_text("")
+    for name in ("config.py", "data.py", "engine.py"):
+        shutil.copy(ENGINE_CLASS / name, project / "src" / name)
+    train = (ENGINE_CLASS / "train.py").read_text()
+    for name in ("config", "data", "engine"):
+        train = train.replace(f"from {name} import", f"from src.{name} import")
+    (project / "train.py").write_text(train)
+    results = {
+        Path(r.path).relative_to(project).as_posix(): r
+        for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    engine = results["src/engine.py"]
+    assert engine.prepared == ["self.model", "self.optimizer", "self.scheduler"]
+    assert engine.changes[0].text.startswith("converted with ../train.py, which builds")
+    assert "engine.accelerator.print(" in results["train.py"].converted.decode()
+
+
+def test_a_driver_indexing_the_engines_prepared_model_unwraps_it_through_the_engine(
+    tmp_path: Path,
+):
+    """``engine.model[0]`` in train.py after the engine prepared ``self.model``: the DDP wrapper
+    cannot be indexed (on 2 ranks: 'DistributedDataParallel' object is not subscriptable), and
+    the engine's accelerator is reachable there as ``engine.accelerator`` (the review line said
+    it was not)."""
+    project = tmp_path / "project"
+    shutil.copytree(ENGINE_CLASS, project)
+    train = project / "train.py"
+    text = train.read_text()
+    last = '    print("done")\n'
+    assert last in text
+    train.write_text(text.replace(last, "    print(engine.model[0].weight.shape)\n" + last))
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    converted = results["train.py"].converted.decode()
+    assert "engine.accelerator.unwrap_model(engine.model)[0].weight.shape" in converted
+    assert not any("not reachable" in r.text for r in results["train.py"].reviews)
+
+
+@pytest.mark.distributed
+def test_an_engine_class_and_its_driver_run_on_two_ranks_over_the_whole_set(tmp_path: Path):
+    project, untouched = tmp_path / "project", tmp_path / "original"
+    shutil.copytree(ENGINE_CLASS, project)
+    shutil.copytree(ENGINE_CLASS, untouched)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    assert_ok(run_accelify("convert", project, "--write"))
+    assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
+    alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    # data.py's dict of loaders is prepared: the ranks train on their own shards
+    verified = run_accelify(
+        "verify", untouched / "train.py", project / "train.py", cwd=tmp_path, timeout=400
+    )
+    assert_ok(verified)
+    assert "losses differ per shard" in verified.stdout, verified.stdout
+    result = launch(project / "train.py", "--resume", "--epochs", "3", cwd=project, timeout=300)
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("resumed from step 10 epoch 1")]) == 1
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split()[1] for line in epochs] == ["2"], result.stdout  # once, not per rank
+    assert epochs[0].split(" n ")[1].startswith("100 ")  # the whole validation set
 
 
 def test_an_engine_another_script_calls_is_left_in_both(tmp_path: Path):
@@ -863,6 +1031,103 @@ def test_a_driver_of_a_subclass_whose_base_class_trains_prints_once_on_two_ranks
     result = launch(project / "train.py", cwd=project, timeout=300)
     assert_ok(result)
     assert result.stdout.splitlines().count("saved small.pt") == 1, result.stdout
+
+
+_SKIPS_THE_BASE_INIT = """import torch.nn as nn
+
+from base import Model
+
+
+class Small(Model):
+    def __init__(self):
+        self.model = None
+
+    def initialize_model(self):
+        self.model = nn.Linear(4, 1)
+"""
+
+
+def test_a_base_class_a_subclass_elsewhere_does_not_construct_is_left_with_why(tmp_path: Path):
+    """``Small.__init__`` of small.py runs no ``Model.__init__``: the ``self.accelerator``
+    base.py's conversion would create there would not exist on a ``Small``, and ``train()``
+    would fail with AttributeError at its first step. base.py is left as it is, and so is the
+    driver, each saying why."""
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    (project / "small.py").write_text(_SKIPS_THE_BASE_INIT, encoding="utf-8")
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    base = results["base.py"]
+    assert not base.changed
+    (review,) = base.reviews
+    assert review.line == 10  # def __init__(self): of Model
+    assert "Small.__init__ (small.py, line 7) does not run Model.__init__" in review.text
+    assert "AttributeError" in review.text
+    train = results["train.py"]
+    assert not train.changed
+    assert any("Small.__init__ (small.py, line 7)" in note.text for note in train.reviews)
+
+
+def test_a_subclass_two_modules_down_that_does_not_construct_its_base_is_found(tmp_path: Path):
+    """``class Mid(Model)`` of mid.py runs ``Model.__init__`` (it has no ``__init__``); ``class
+    Small(Mid)`` of small.py does not run it: followed down from base.py."""
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    (project / "mid.py").write_text("from base import Model\n\n\nclass Mid(Model):\n    pass\n")
+    small = _SKIPS_THE_BASE_INIT.replace("from base import Model", "from mid import Mid")
+    (project / "small.py").write_text(small.replace("Small(Model)", "Small(Mid)"))
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    (review,) = results["base.py"].reviews
+    assert "Small.__init__ (small.py, line 7) does not run Model.__init__" in review.text
+    assert not results["base.py"].changed
+
+
+def test_a_subclass_elsewhere_that_calls_the_base_init_keeps_the_conversion(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    calls = _SKIPS_THE_BASE_INIT.replace(
+        "        self.model = None", "        super().__init__()\n        self.model = None"
+    )
+    (project / "small.py").write_text(calls, encoding="utf-8")
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    assert results["base.py"].prepared == ["self.model", "optimizer", "loader"]
+
+
+@pytest.mark.parametrize(
+    ("init", "bases"),
+    [
+        ("        Mixin.__init__(self)\n        self.model = None", "Mixin, Model"),
+        ("        if fresh:\n            super().__init__()\n        self.model = None", "Model"),
+    ],
+)
+def test_a_subclass_elsewhere_running_another_init_or_the_base_init_under_a_condition(
+    tmp_path: Path, init: str, bases: str
+):
+    """``Mixin.__init__(self)`` of ``class Small(Mixin, Model)`` runs the mixin's alone, and
+    ``if fresh: super().__init__()`` may not run: neither counts as running ``Model.__init__``
+    (both did, and the inherited ``train()`` raised AttributeError on ``self.accelerator``)."""
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    small = _SKIPS_THE_BASE_INIT.replace("        self.model = None", init)
+    small = small.replace(
+        "class Small(Model):\n    def __init__(self):",
+        (
+            f"class Mixin:\n    def __init__(self):\n        self.log = []\n\n\n"
+            f"class Small({bases}):\n    def __init__(self, fresh=False):"
+        ),
+    )
+    (project / "small.py").write_text(small, encoding="utf-8")
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    (review,) = results["base.py"].reviews
+    assert "Small.__init__ (small.py, line 12) does not run Model.__init__" in review.text
+    assert not results["base.py"].changed
 
 
 LOGGER = FIXTURES / "projects" / "logger_from_a_project_module"
@@ -1157,3 +1422,162 @@ def test_a_factory_returning_no_logging_logger_is_not_taken_for_one(tmp_path: Pa
     converted = result.converted.decode()
     assert "logging.disable" not in converted
     assert "import logging\n" not in converted
+
+
+HANDED = FIXTURES / "projects" / "loaders_handed_to_a_trainer_constructor_by_the_driver"
+
+
+def _convert_handed(tmp_path: Path, trainer: str | None = None, driver: str | None = None):
+    project = tmp_path / "project"
+    shutil.copytree(HANDED, project)
+    if trainer is not None:
+        (project / "trainer.py").write_text(trainer)
+    if driver is not None:
+        (project / "main.py").write_text(driver)
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    return project, results["trainer.py"]
+
+
+def test_loaders_a_driver_hands_a_trainers_constructor_are_prepared_there(tmp_path: Path):
+    # main.py makes the loaders and hands them to AutoEncoderTrainer(...); the class builds
+    # its model and optimizer in train(): the loaders are prepared as the constructor starts
+    _, trainer = _convert_handed(tmp_path)
+    assert trainer.prepared == ["model", "optimizer", "train_loader", "val_loader"]
+    converted = trainer.converted.decode()
+    assert (
+        "train_loader, val_loader = self.accelerator.prepare(train_loader, val_loader)" in converted
+    )
+    assert "self.accelerator.gather_for_metrics((outputs, batch))" in converted
+    assert not trainer.reviews
+    (note,) = [n for n in trainer.changes if "prepares the loaders it receives" in n.text]
+    assert "handed by main.py:19" in note.text  # AutoEncoderTrainer(...)
+
+
+def test_loaders_handed_by_a_driver_that_constructs_in_a_loop_keep_the_review(tmp_path: Path):
+    # one construction per round: each would prepare what it is handed, as a call of the file
+    # in a loop would; the class is left as the file alone reads it
+    driver = (HANDED / "main.py").read_text()
+    looped = driver.replace(
+        "    trainer = AutoEncoderTrainer(",
+        "    for _ in range(1):\n        trainer = AutoEncoderTrainer(",
+    ).replace("    trainer.train(num_epochs=3)", "        trainer.train(num_epochs=3)")
+    _, trainer = _convert_handed(tmp_path, driver=looped)
+    assert trainer.prepared == ["model", "optimizer"]
+    assert any("not prepared" in n.text for n in trainer.reviews)
+
+
+def test_loaders_a_constructor_hands_on_to_another_call_keep_the_review(tmp_path: Path):
+    # what the constructor hands on (a helper of another module may evaluate it) is not followed
+    source = (HANDED / "trainer.py").read_text()
+    handed_on = source.replace(
+        "        self.val_loader = val_loader\n",
+        "        self.val_loader = val_loader\n        print(len(val_loader))\n",
+    )
+    _, trainer = _convert_handed(tmp_path, trainer=handed_on)
+    assert trainer.prepared == ["model", "optimizer", "train_loader"]
+
+
+def test_loaders_of_a_driver_that_trains_itself_are_not_prepared_by_the_class(tmp_path: Path):
+    # a driver with its own backward is converted on its own and may prepare what it hands
+    driver = (
+        HANDED / "main.py"
+    ).read_text() + "    torch.zeros(1, requires_grad=True).sum().backward()\n"
+    _, trainer = _convert_handed(tmp_path, driver=driver)
+    assert trainer.prepared == ["model", "optimizer"]
+
+
+@pytest.mark.distributed
+def test_loaders_a_driver_hands_a_trainers_constructor_shard_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(HANDED, project)
+    original = run_python(project / "main.py", cwd=project)
+    assert_ok(original)
+    assert_ok(run_accelify("convert", project, "--write"))
+    one = launch(project / "main.py", processes=1, cwd=project)
+    assert_ok(one)
+    assert one.stdout == original.stdout
+    two = launch(project / "main.py", cwd=project)
+    assert_ok(two)
+    # each line once; the evaluation covers the whole set (16 samples of 8 values) each epoch
+    assert two.stdout.count("### End Training Procedure ###") == 1
+    assert two.stdout.count("over 128 values") == 3, two.stdout
+
+
+def test_a_trainer_that_star_imports_torch_from_a_sibling_module_is_converted(tmp_path: Path):
+    """murumura/DCGAN-pytorch: train.py gets ``torch``, ``nn`` and ``optim`` through ``from
+    dcgan import *`` (dcgan.py imports them and star imports utils.py in turn). Its
+    ``optim.Adam(netD.parameters())`` makes an optimizer: the trainer's own models and
+    optimizers are prepared, not left as if handed in from elsewhere."""
+    (tmp_path / "utils.py").write_text("import torch.optim as optim\n")
+    (tmp_path / "dcgan.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom utils import *\n\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x)\n"
+    )
+    train = tmp_path / "train.py"
+    train.write_text(
+        "from dcgan import *\n\n\n"
+        "class Trainer:\n"
+        "    def train(self, loader):\n"
+        "        net = Net()\n"
+        "        optimizer = optim.Adam(net.parameters(), lr=0.01)\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            loss = nn.functional.mse_loss(net(x), y)\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+    )
+    (result,) = convert_all(list(collect([train])), Options(), 1)
+    assert result.changed, result.skipped
+    assert set(result.prepared) >= {"net", "optimizer"}
+    assert "self.accelerator.backward(loss)" in result.converted.decode()
+
+
+SUBCLASS_SAME_MODULE = FIXTURES / "projects" / "trainer_subclass_of_a_base_in_its_engine_module"
+
+
+def test_a_driver_and_an_engine_whose_subclass_trains_through_its_base_convert_together(
+    tmp_path: Path,
+):
+    """trial13: train.py builds ``ClassifierTrainer(BaseTrainer)`` of trainer.py, whose
+    backward is in the base's ``train_epoch``: both files are converted as one (the engine
+    alone once paired while the driver was skipped: its prints ran on every rank, its
+    ``torch.load`` of the best checkpoint raced the main process's save, and its unprepared
+    test loader went to an ``evaluate`` that now gathers, counting every sample twice)."""
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS_SAME_MODULE, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    trainer, train = results["trainer.py"], results["train.py"]
+    assert trainer.changed and train.changed
+    driver = train.converted.decode()
+    assert "from accelify import PartialState\n" in driver  # not the engine's Accelerator
+    assert "from accelify import Accelerator\n" in trainer.converted.decode()  # nor PartialState
+    assert "wait_for_everyone()\n    model.load_state_dict(torch.load(" in driver
+    assert "trainer.evaluate(\n        trainer.accelerator.prepare(test_loader)\n    )" in driver
+
+
+@pytest.mark.distributed
+def test_a_driver_and_an_engine_whose_subclass_trains_through_its_base_run_on_two_ranks(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS_SAME_MODULE, project)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    shutil.rmtree(project / "runs")
+    assert_ok(run_accelify("convert", project, "--write"))
+    alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    shutil.rmtree(project / "runs")
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("best val acc")]) == 1, result.stdout
+    (test,) = [line for line in lines if line.startswith("test: ")]
+    assert test.endswith(" n=333")  # the whole test set, once

@@ -31,6 +31,7 @@ RUN_TIME_CHANGES = (
     "autocast",
     "break",
     "callback",
+    "call_through_forward",
     "DataParallel",
     "early",
     "evaluation",

@@ -56,3 +56,68 @@ def test_an_attribute_a_method_writes_from_this_rank_s_loss_is_made_collective()
     converted = _converted("self.patience = loss.item()")
     assert "self.accelerator.set_trigger()" in converted
     assert "if self.accelerator.check_trigger():" in converted
+
+
+SETATTR = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+{key}
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model = model
+        self.loader = loader
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.best = float("inf")
+        self.bad_epochs = 0
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            running = 0.0
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                loss = nn.functional.mse_loss(self.model(x), y)
+                loss.backward()
+                self.optimizer.step()
+                running += loss.item()
+            if running < self.best:
+                self.best = running
+                setattr(self, KEY, 0)
+            else:
+                setattr(self, KEY, self.bad_epochs + 1)
+            if self.bad_epochs >= 2:
+                break
+
+
+Trainer(nn.Linear(3, 1), DataLoader(TensorDataset(torch.randn(8, 3), torch.randn(8, 1)))).fit(5)
+"""
+
+
+def _stop_made_collective(key: str) -> bool:
+    converted = convert_source(SETATTR.format(key=key).encode(), "t.py").converted.decode()
+    return "if self.accelerator.check_trigger():" in converted
+
+
+def test_a_setattr_key_bound_by_unpacking_is_read_as_its_slot():
+    assert _stop_made_collective('KEY, OTHER = "bad_epochs", "x"')
+    assert _stop_made_collective('(OTHER, (KEY, _)) = "x", ("bad_epochs", "y")')
+    # the slot names another attribute: the counter is never written by it
+    assert not _stop_made_collective('OTHER, KEY = "bad_epochs", "x"')
+
+
+def test_a_setattr_key_the_file_does_not_pin_to_one_string_may_write_the_counter():
+    # a ``for``, an import, a ``with``, a walrus, two bindings, an entry of a dict: the write
+    # may be the counter's, so the stop on it is made collective
+    for key in (
+        'for KEY in ["bad_epochs"]:\n    pass',
+        "from string import ascii_letters as KEY",
+        "with open(__file__) as KEY:\n    pass",
+        'print(KEY := "bad_epochs")',
+        'KEY = "x"\nKEY = "bad_epochs"',
+        'NAMES = {"counter": "bad_epochs"}\nKEY = NAMES["counter"]',
+        'KEY = "x"\n\ndef rebind():\n    global KEY\n    KEY = "bad_epochs"',
+    ):
+        assert _stop_made_collective(key), key

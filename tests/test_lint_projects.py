@@ -343,3 +343,15 @@ def test_a_prompting_helper_that_runs_collectives_is_advised_to_ask_inside():
     assert "inside the helper" in message
     assert "at utils.py:15" in message
     assert "evaluate_and_confirm(model, eval_loader) if" not in message
+
+
+def test_a_caller_module_that_cannot_be_decoded_leaves_the_helper_reported(tmp_path: Path):
+    """ACC403 reads the importing modules' text for other names of a helper it would take as
+    gathered by its callers: one that cannot be decoded is unread (the helper stays reported),
+    not an internal error of the helper's file (review9a)."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "helper_metric_gathered_by_its_callers_good", folder)
+    (folder / "report.py").write_bytes(b'import utils\ns = "\xff"\nx = utils.evaluate(m, l)\n')
+    results = _lint_all(sorted(folder.glob("*.py")), EVERY_RULE, False, 1, False, None)
+    assert all(not result.error for result in results), [r.error for r in results]
+    assert ("utils.py", 13, "ACC403") in reported(folder)

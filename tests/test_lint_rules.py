@@ -229,6 +229,33 @@ _LOSS_EVAL = (
 )
 
 
+def test_a_backward_no_accelerator_reaches_is_told_what_to_add():
+    """The advice never names an accelerator the line cannot reach: a helper is told to take
+    its callers' one as a parameter, code above the file's Accelerator to make one first."""
+    from accelify.rules.loss_backward import _TEACHER_FIRST
+
+    teacher = the_finding(_TEACHER_FIRST, "ACC301")
+    assert "no Accelerator exists at this line (the file makes its Accelerator at line 7" in (
+        teacher.message
+    )
+    assert "make one above it (`accelerator = Accelerator()`)" in teacher.message
+    helper = the_finding(
+        "from accelify import Accelerator\n"
+        "def fit(net, batches, opt):\n"
+        "    for x, y in batches:\n"
+        "        (net(x) - y).pow(2).mean().backward()\n"
+        "def main():\n"
+        "    accelerator = Accelerator()\n"
+        "    model, optimizer, loader = accelerator.prepare(net, opt, data)\n"
+        "    fit(model, loader, optimizer)\n",
+        "ACC301",
+    )
+    assert (
+        "fit() has no Accelerator: add an `accelerator` parameter and have its callers "
+        "hand it theirs (`accelerator` at line 8)"
+    ) in helper.message
+
+
 def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
     """A streaming-ASR validation sums ``loss.item()`` per batch of a prepared loader: there
     are no predictions and labels to gather, and a float cannot be reduced, so the advice
@@ -1639,3 +1666,38 @@ def test_an_exit_names_where_the_others_wait_on_every_pass():
     )
     message = the_finding(code, "ACC210").message
     assert "the others go on to the collective at line 5 " in message
+
+
+@pytest.mark.parametrize(
+    ("loaded", "reason"),
+    [
+        ("model", "DistributedDataParallel copies the main process's weights"),
+        ("optimizer", "keep their own optimizer state (moments, step counts)"),
+        ("scheduler", "keep their own schedule (its step count)"),
+    ],
+)
+def test_a_trainers_state_loaded_on_one_rank_is_explained_by_what_it_is(loaded, reason):
+    """A trainer handed its objects by a caller the file does not show (their kinds unknown):
+    the optimizer's and the scheduler's state loaded on the main process alone is not
+    explained as DDP's copy of the model's weights (review9a)."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, optimizer, scheduler, loader):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model, self.optimizer, self.scheduler, self.loader = (\n"
+        "            self.accelerator.prepare(model, optimizer, scheduler, loader))\n\n"
+        "    def load(self, path):\n"
+        "        if not self.accelerator.is_main_process:\n"
+        "            return\n"
+        f"        self.{loaded}.load_state_dict(torch.load(path)['x'])\n\n"
+        "    def train(self, path):\n"
+        "        self.load(path)\n"
+        "        for batch in self.loader:\n"
+        "            self.accelerator.backward(self.model(batch).sum())\n"
+        "            self.optimizer.step()\n"
+        "            self.scheduler.step()\n"
+    )
+    found = the_finding(code, "ACC213")
+    assert (found.line, reason in found.message) == (14, True), found.message
+    assert "outside the rank test at line 12" in found.message

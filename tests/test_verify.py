@@ -9,6 +9,7 @@ fixtures/verify/original.py with one mistake, named by its first line: ``# expec
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,17 @@ def test_usage_errors_exit_2(tmp_path: Path):
     assert result.returncode == 2
     assert "nothing to verify" in result.stderr
     assert run_accelify("verify", tmp_path / "missing.py").returncode == 2
+
+
+def test_a_driver_that_trains_through_another_module_is_told_how_to_verify_it(tmp_path: Path):
+    # converted alone it is left as it is: its folder's conversion converts it with the module
+    project = tmp_path / "project"
+    shutil.copytree(FIXTURES / "projects" / "engine_module_of_a_driver", project)
+    result = verify(project / "main.py", cwd=project)
+    assert result.returncode == 2
+    assert "of another module" in result.stderr
+    assert "convert a copy of its folder (`accelify convert COPY --write`)" in result.stderr
+    assert "main.py COPY/main.py`" in result.stderr
 
 
 EVALUATION = FIXTURES / "verify" / "evaluation"

@@ -43,6 +43,12 @@ _PURE_METHODS = {
 _PURE_MODULES = (
     "torch.mean", "torch.exp", "torch.sum", "torch.cat", "torch.stack", "math.", "numpy.mean",
     "statistics.",
+    # element-wise and reducing math of numpy and torch (a per-class F1 of gathered counts:
+    # ``2 * tp / np.maximum(2 * tp + fp + fn, 1)``); none draws a random number
+    "numpy.maximum", "numpy.minimum", "numpy.sum", "numpy.clip", "numpy.round",
+    "numpy.concatenate", "numpy.stack", "numpy.where", "numpy.divide", "numpy.nanmean",
+    "numpy.asarray", "numpy.array", "torch.maximum", "torch.minimum", "torch.clamp",
+    "torch.where", "torch.round", "torch.div",
 )  # fmt: skip
 
 #: Calls that make a tensor of the values they are handed: where it is placed (``device=``)

@@ -100,3 +100,26 @@ def _inner_loop_binding(
 
 def _inside(script: ScriptModel, node: cst.CSTNode, block: cst.CSTNode) -> bool:
     return any(ancestor is block for ancestor in script.ancestors(node))
+
+
+def holds_an_argument(
+    script: ScriptModel,
+    function: cst.FunctionDef,
+    parameters: set[str],
+    name: str,
+    at: cst.CSTNode,
+    prepared: set[str],
+) -> bool:
+    """``name`` read at ``at`` in ``function`` holds what one of its ``parameters`` received
+    (``x`` of ``x, y = batch`` in a trainer's ``step(self, batch)``), as `holds_the_batch`
+    follows a loop's target: the parameters play the target's part, the function's body the
+    loop's."""
+    body = Loop(
+        node=function,  # type: ignore[arg-type]  # what `_holds` reads of it: its body
+        scope=function,
+        iterable=None,
+        batch_names=parameters,
+        trains=False,
+        evaluates=False,
+    )
+    return _holds(script, body, name, at, prepared, set())

@@ -19,6 +19,7 @@ from accelify.analysis.syntax import (
     is_assignment,
     strip_self_methods,
     target_names,
+    value_assigned_to,
     walk,
 )
 
@@ -379,22 +380,31 @@ def _runs_parameter(script: ScriptModel, function: cst.FunctionDef, parameter: s
 
 
 def _handed_prepared(script: ScriptModel, init: cst.FunctionDef, spelling: str) -> bool | None:
-    """``self.model = model`` in ``__init__`` (its only binding in the file, ``model`` a
+    """``self.model = model`` in ``__init__`` (or ``self.model, self.optimizer = model,
+    optimizer``; its only binding in the file, ``model`` a
     parameter ``__init__`` never binds), and every construction of the class in this file hands
     that parameter a name a ``prepare`` call bound last above the call, in the caller's scope
     (``model, opt = accelerator.prepare(model, opt)``, then ``Trainer(accelerator, model,
     opt)``): the attribute is that wrapper, as the local is. None when it is not so; else
     whether every object handed is a model by the analysis (made by a model class, or fed to an
     optimizer beside it), where the class itself never calls it."""
-    binds = [a for a in script.index.assignments_to(spelling) if not keeps_the_object(a, spelling)]
+    binds = [
+        a
+        for a in (
+            *script.index.assignments_to(spelling),
+            *script.index.unpacked_assignments_to(spelling),
+        )
+        if not keeps_the_object(a, spelling)
+    ]
     if len(binds) != 1 or script.index.enclosing_function(binds[0]) is not init:
         return None
-    assign = binds[0]
-    if not is_assignment(assign) or len(assigned_targets(assign)) != 1:
+    # ``self.model = model``, or its place in ``self.model, self.optimizer = model, optimizer``
+    value = value_assigned_to(binds[0], spelling)
+    if len(assigned_targets(binds[0])) != 1 or not isinstance(value, cst.Name):
         return None
-    if not isinstance(assign.value, cst.Name) or not has_parameter(init, assign.value.value):
+    if not has_parameter(init, value.value):
         return None
-    parameter = assign.value.value
+    parameter = value.value
     if any(script.scope_of(a) is init for a in script.index.assignments_to(parameter)):
         return None
     sites = script.call_graph.calls_of(init)

@@ -37,7 +37,7 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
-from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name, phase_name
+from accelify.analysis.loops import enumerates, first_enumerate_name, phase_name
 from accelify.analysis.loss_reduction import is_ctc_loss, made_as_a_loss, sums_its_batch
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
@@ -766,15 +766,10 @@ def _calls_a_training_step(loop: Loop, facts: Facts) -> bool:
     """``for batch in train_loader: metrics = train_step(model, optimizer, batch)``: the
     backward is in a function of this file the loop calls; a training loop, not an evaluation.
     The backward may be the accelerator's (``self.accelerator.backward(loss)`` in a trainer's
-    ``backward_pass``), which the model's tensor backwards leave out."""
-    model = facts.model
-    for node in walk(loop.node.body):
-        if not isinstance(node, cst.Call):
-            continue
-        target = callee(model, node)
-        if target is not None and next(find_backward(target[0]), None) is not None:
-            return True
-    return False
+    ``backward_pass``), which the model's tensor backwards leave out, and a few calls down
+    (``self.update(loss)`` that calls ``self._backward(loss)``): the call graph's one answer
+    (`CallGraph.trains_through_calls`, the conversion's too)."""
+    return facts.model.call_graph.trains_through_calls(loop.node)
 
 
 def _step_evaluation(loop: Loop) -> Evaluation:
@@ -1068,9 +1063,43 @@ def _used_as_a_tensor(name: str, loop: Loop, facts: Facts) -> bool:
         elif isinstance(parent, cst.Subscript) and parent.value is node:
             if len(parent.slice) > 1 or isinstance(parent.slice[0].slice, cst.Slice):
                 return True
-        elif isinstance(parent, cst.Arg) and _tensor_call(model.parent(parent), facts):
+        elif isinstance(parent, cst.Arg) and (
+            _tensor_call(model.parent(parent), facts)
+            or _appended_to_joined_tensors(parent, loop, facts)  # then ``torch.cat`` of them
+        ):
             return True
     return False
+
+
+#: torch's calls that join a list of tensors: a list of lists makes them raise.
+_TENSOR_JOINS = frozenset(
+    f"torch.{name}" for name in ("cat", "concat", "concatenate", "stack", "vstack", "hstack")
+)
+
+
+def _appended_to_joined_tensors(argument: cst.Arg, loop: Loop, facts: Facts) -> bool:
+    """``targets.append(y)`` in the loop, and ``torch.cat(targets)`` (or ``torch.stack``) in
+    the same function: each appended value is a tensor, since torch joins nothing else."""
+    model = facts.model
+    call = model.parent(argument)
+    if not (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "append"
+        and isinstance(call.func.value, cst.Name)
+        and len(call.args) == 1
+    ):
+        return False
+    listed = call.func.value.value
+    scope = facts.placement.enclosing_function(loop.node) or model.module
+    return any(
+        isinstance(node, cst.Call)
+        and node.args
+        and isinstance(node.args[0].value, cst.Name)
+        and node.args[0].value.value == listed
+        and model.qualified(node.func) & _TENSOR_JOINS
+        for node in walk(scope)
+    )
 
 
 def _tensor_call(call: cst.CSTNode | None, facts: Facts) -> bool:
@@ -1397,6 +1426,11 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
                 return _totals_averaged_over_batches(
                     found, sink, called, total, averaged, facts, listed=False
                 )
+            if _batch_fraction(statement.value, found.loop.iterable) is not None:
+                continue  # a batch's accuracy: gathered, with the caveat of `_fraction_caveat`
+            averaged = averaged_over_batches(model, facts.placement, found.loop, total)
+            if averaged is not None:
+                return _values_averaged_over_batches(found, sink, statement, total, averaged, facts)
             continue
         if _divided_as_added(statement.value):
             continue
@@ -1655,6 +1689,37 @@ def _fraction_caveat(
         "as much, so on N ranks the number is the whole set's fraction only when the set splits "
         f"into full batches on every rank; for the exact number add "
         f"{model.module.code_for_node(counted)} to {total} and divide it by len({loader}.dataset)"
+    )
+
+
+def _values_averaged_over_batches(
+    found: Evaluation,
+    sink: cst.CSTNode,
+    statement: cst.AugAssign,
+    total: str,
+    averaged: cst.CSTNode,
+    facts: Facts,
+) -> str:
+    """``acc += accuracy(prob, y)[0].item()`` then ``acc / cnt`` with ``cnt += 1`` a batch: one
+    value per batch of a kind the analysis cannot tell (a helper of another module: a batch's
+    percentage, its count), averaged over the batches this rank read. Whatever the value is,
+    gathered each step's value is computed on N merged batches and there are N times fewer of
+    them, so the mean is not one process's (a mean of batch means weighs the short last batch
+    as much as a full one, the merged steps do not): left as it is (pseudo-labelling's
+    ``validate()`` showed 3.125 for 3.571 on 2 ranks)."""
+    model = facts.model
+    found.unsure_at = sink
+    found.advice = (
+        f"build {total} from totals that add up across batches (correct predictions, summed "
+        "errors, samples) and divide them after the loop: gathered, those are the whole set's"
+    )
+    value = model.module.code_for_node(statement.value).strip()
+    return (
+        f"the metric at line {model.line(sink)} adds {value}, one value per batch, to {total}, "
+        f"and line {model.line(averaged)} averages it over the batches "
+        f"({model.module.code_for_node(averaged).strip()}): gathered, each step's value would "
+        "be computed on N merged batches and there would be N times fewer of them, so the mean "
+        "would differ from one process's"
     )
 
 

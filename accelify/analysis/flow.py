@@ -26,6 +26,7 @@ from accelify.analysis.syntax import (
     assigned_targets,
     dotted,
     keyword_value,
+    rebound_targets,
     root_name,
     self_parameter,
     target_names,
@@ -1047,6 +1048,37 @@ class ObjectFlow:
                 continue
             scope = self.model.scope_of(prepare.call)
             if type(scope) is cst.Module or self.model.inside(call, scope):
+                return True
+        return self._prepared_by_own_constructor(name, call)
+
+    def _prepared_by_own_constructor(self, name: str, call: cst.Call) -> bool:
+        """``self.model(**batch)`` in a method of a trainer class whose ``__init__`` prepared
+        ``self.model`` (a DiLoCo/FSDP trainer's ``_validate``): every method runs after the
+        constructor, so the attribute is the prepared model there (not in ``__init__`` itself,
+        where order decides, above). Not where another method binds the attribute anew
+        (``self.model = self.accelerator.unwrap_model(self.model)`` after training, or
+        ``self.model, self.opt = ...``, ``self.model: nn.Module = ...``, ``for self.model in
+        ...``, ``with ... as self.model``, ``del self.model``: `rebound_targets`)."""
+        if not name.startswith("self."):
+            return False
+        function = self.placement.enclosing_function(call)
+        owner = self.placement.class_of(call)
+        if function is None or owner is None or function.name.value == "__init__":
+            return False
+        for node in walk(owner):
+            if any(dotted(t) == name for t in rebound_targets(node)):
+                where = self.placement.enclosing_function(node)
+                if where is None or where.name.value != "__init__":
+                    return False
+        for prepare in self.model.prepare_calls:
+            if name not in prepare.outputs:
+                continue
+            where = self.placement.enclosing_function(prepare.call)
+            if (
+                where is not None
+                and where.name.value == "__init__"
+                and self.placement.class_of(prepare.call) is owner
+            ):
                 return True
         return False
 

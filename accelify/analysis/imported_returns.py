@@ -9,7 +9,7 @@ script trains over is unprepared when its prepare got a copy of it: x-flux's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import libcst as cst
@@ -20,8 +20,30 @@ from accelify.analysis.syntax import dotted
 
 #: How a module of the project is analysed (None: it cannot be read or parsed)
 Load = Callable[[Path], "ScriptModel | None"]
-#: What a call returns, by position in the returned tuple (``()``: the one object returned)
-Returned = list[tuple[tuple[int, ...], "Kind | None"]]
+
+
+class Returned(list[tuple[tuple[int, ...], "Kind | None"]]):
+    """What a call returns, by position in the returned tuple (``()``: the one object
+    returned), each with its kind; ``dicts``: the positions where every ``return`` of the
+    function hands back a dict (``{"train": DataLoader(...), "val": DataLoader(...)}``), each
+    with whether that dict holds dicts. A dict of loaders is a loader to the kinds (what it
+    holds) and a dict to ``dicts``: ``prepare`` hands a dict back untouched, so the caller
+    prepares each loader in it, as it does a dict of loaders a factory of its own returns
+    (`objects.is_loader_dict`)."""
+
+    def __init__(
+        self,
+        kinds: Iterable[tuple[tuple[int, ...], Kind | None]] = (),
+        dicts: Mapping[tuple[int, ...], bool] | None = None,
+    ) -> None:
+        super().__init__(kinds)
+        self.dicts: dict[tuple[int, ...], bool] = dict(dicts or {})
+
+    @classmethod
+    def of(cls, kinds: Iterable[tuple[tuple[int, ...], Kind | None]]) -> Returned:
+        """``kinds`` as a `Returned` (itself when it is one: its ``dicts`` kept)."""
+        return kinds if isinstance(kinds, Returned) else cls(kinds)
+
 
 #: What a call of another module's factory is taken to return: the loaders, and an optimizer
 #: made beside them (``train_loader, valid_loader, optimizer, loss = init_config(model, ...)``)
@@ -44,9 +66,9 @@ def returned_by_project(
     analysed); every module is analysed without it."""
     located = _defined_beside(script, model, call, load, worth)
     if located is None:
-        return [], None
+        return Returned(), None
     function, other, file = located
-    from accelify.analysis.objects import returned_kinds
+    from accelify.analysis.objects import returned_kinds, returned_loader_dicts
     from accelify.analysis.script_model import value_classifier
 
     kinds = [
@@ -54,8 +76,14 @@ def returned_by_project(
         for path, kind in returned_kinds(other, function, value_classifier(other))
     ]
     if not any(kind is Kind.DATALOADER for _, kind in kinds):
-        return [], file
-    return kinds, file
+        return Returned(), file
+    loaders = {path for path, kind in kinds if kind is Kind.DATALOADER}
+    dicts = {
+        path: nested
+        for path, nested in returned_loader_dicts(other, function).items()
+        if path in loaders
+    }
+    return Returned(kinds, dicts), file
 
 
 def _defined_beside(

@@ -244,6 +244,24 @@ class Index:
         ...`` too), in source order; an assignment to several targets once."""
         return self._assignments_by_target.get(name, [])
 
+    def unpacked_assignments_to(self, name: str) -> list[Assignment]:
+        """Every assignment that binds ``name`` as an element of a tuple or list of targets
+        (``self.model, self.optimizer = model, optimizer``), which `assignments_to` leaves out,
+        in source order."""
+        return self._unpacked_by_target.get(name, [])
+
+    @cached_property
+    def _unpacked_by_target(self) -> dict[str, list[Assignment]]:
+        found: dict[str, list[Assignment]] = {}
+        for assign in self.model.assignments:
+            for target in assigned_targets(assign):
+                if isinstance(target, (cst.Tuple, cst.List)):
+                    for element in target.elements:
+                        name = dotted(element.value)
+                        if name is not None:
+                            found.setdefault(name, []).append(assign)
+        return found
+
     def assignments_in_class(self, name: str, at: cst.CSTNode) -> list[Assignment]:
         """The ``self.x = ...`` of ``name`` made in the class around ``at`` (its methods'
         instance attribute); none where ``at`` is in no class."""

@@ -195,6 +195,19 @@ def _plain_answer(model: ScriptModel, name: str, at: cst.CSTNode, top: cst.CSTNo
     return function if id(function) in scopes else model.module
 
 
+def binding_spellings(model: ScriptModel, name: str) -> list[cst.Name]:
+    """Every ``Name`` of the file, in any scope, that binds ``name`` or may (a target of any
+    kind, a parameter, an ``as``, an import, a capture, a ``global``, a walrus, a ``del``, a
+    definition): a caller that wants a name bound once to one value counts them all, so that a
+    ``for``, an import or a rebinding through ``global`` the assignments do not show is seen."""
+    return [
+        spelled
+        for spelled in model.index.names_spelled(name)
+        if isinstance(parent := model.parent(spelled), _BINDING_PARENTS)
+        and _binds(model, spelled, parent) is not False
+    ]
+
+
 def _binds(model: ScriptModel, spelled: cst.Name, parent: cst.CSTNode) -> bool | None:
     """``spelled`` (under one of `_BINDING_PARENTS`) is a binding of its name, not a read
     beside one (``for batch in loader``'s ``loader``, a default value); None where only the

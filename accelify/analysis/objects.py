@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.analysis.imported_returns import Returned
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import (
     Path,
@@ -56,26 +57,66 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
         return False
     if binding.received:
         return _made_as(model, binding, is_loader_dict) or any(
-            _returns_loader_dicts(model, argument) for argument in _passed_calls(model, binding)
+            _returns_loader_dicts(model, argument) is False
+            for argument in _passed_calls(model, binding)
         )
     if isinstance(value, cst.Dict | cst.DictComp):
         return not _of_dicts(value)
-    return _returns_loader_dicts(model, value, _unpacked_path(binding))
+    return _returns_loader_dicts(model, value, _unpacked_path(binding)) is False
 
 
-def _returns_loader_dicts(model: ScriptModel, value: cst.BaseExpression, path: Path = ()) -> bool:
-    """``value`` calls a factory of the file every ``return`` of which is a dict (the element
-    at ``path`` of a returned tuple): ``get_loaders(cfg)`` returning ``{"train": ..., ...}``."""
-    target = callee(model, value) if isinstance(value, cst.Call) else None
+def _returns_loader_dicts(
+    model: ScriptModel, value: cst.BaseExpression, path: Path = ()
+) -> bool | None:
+    """Whether ``value`` calls a factory every ``return`` of which is a dict (the element at
+    ``path`` of a returned tuple): ``get_loaders(cfg)`` returning ``{"train": ..., ...}``,
+    False; True when those dicts hold dicts (``{"a": {"train": ...}}``); None when it returns
+    no dict there. The factory is a function of the file, or of another module of the project
+    (``from data import make_loaders``: its answer found there, `imported_returns`), whose
+    loaders are analysed as made here."""
+    if not isinstance(value, cst.Call):
+        return None
+    target = callee(model, value)
     if target is None:
-        return False
-    returned = [r.value for r in model.index.own_returns(target[0]) if r.value is not None]
+        return _imported_call_returns(model, value).dicts.get(path)
+    return returned_loader_dicts(model, target[0]).get(path)
+
+
+def returned_loader_dicts(model: ScriptModel, function: cst.FunctionDef) -> dict[Path, bool]:
+    """Where every ``return`` of ``function`` hands back a dict (``return {"train": ...,
+    "val": ...}``, or a name it assigns once to one), by position in a returned tuple (``()``:
+    the one object returned), each with whether those dicts hold dicts: a factory of loader
+    dicts. Only positions where every return agrees are kept."""
+    returned = [r.value for r in model.index.own_returns(function) if r.value is not None]
+    if not returned:
+        return {}
+    answers: list[dict[Path, bool]] = []
     for result in returned:
-        if path:  # ``train, evals = build_loaders(cfg)``: the element there
-            result = element_at(result, path)  # type: ignore[assignment]
-        if result is None or not isinstance(_held(model, target[0], result), cst.Dict):
-            return False
-    return bool(returned)
+        found = {}
+        for path, leaf in tuple_leaves(result) or []:
+            held = _held(model, function, leaf)
+            if isinstance(held, cst.Dict):  # ``{"a": loaders}`` of ``loaders = {...}``: dicts
+                found[path] = _of_dicts(held) or any(
+                    isinstance(e, cst.DictElement)
+                    and isinstance(_held(model, function, e.value), cst.Dict | cst.DictComp)
+                    for e in held.elements
+                )
+        answers.append(found)
+    agreed = set(answers[0].items())
+    for answer in answers[1:]:
+        agreed &= set(answer.items())
+    return dict(agreed)
+
+
+def _imported_call_returns(model: ScriptModel, call: cst.Call) -> Returned:
+    """What ``call`` of a function of another module of the project returns (`Returned`:
+    found beforehand by the conversion, `ScriptModel.imported_returns`, or asked of the
+    linter's project view); empty for any other call."""
+    if id(call) in model.imported_returns:
+        return Returned.of(model.imported_returns[id(call)])
+    if model.project is not None:
+        return Returned.of(model.project.imported_returns(model, call))
+    return Returned()
 
 
 def _held(
@@ -101,7 +142,9 @@ def is_dict_of_loader_dicts(model: ScriptModel, binding: Binding) -> bool:
         return False
     if binding.received:
         return _made_as(model, binding, is_dict_of_loader_dicts)
-    return isinstance(binding.value, cst.Dict | cst.DictComp) and _of_dicts(binding.value)
+    if isinstance(binding.value, cst.Dict | cst.DictComp):
+        return _of_dicts(binding.value)
+    return _returns_loader_dicts(model, binding.value, _unpacked_path(binding)) is True
 
 
 def _passed_calls(model: ScriptModel, binding: Binding) -> list[cst.Call]:
@@ -784,12 +827,8 @@ def _call_returns(
             return []
         return returned_kinds(model, target[0], classify)
     body = _lambda_body(model, call)
-    if body is None:
-        if id(call) in model.imported_returns:
-            return list(model.imported_returns[id(call)])
-        if model.project is not None:  # the linter: the project's modules are asked here
-            return list(model.project.imported_returns(model, call))
-        return []
+    if body is None:  # the linter asks the project's modules here
+        return list(_imported_call_returns(model, call))
     return _kinds_of([body], None, model, classify)
 
 

@@ -43,7 +43,7 @@ from accelify.analysis.project_modules import (
     split_member,
     top_level_names,
 )
-from accelify.analysis.syntax import dotted, has_parameter, walk
+from accelify.analysis.syntax import dotted, has_parameter, rebound_targets, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.imported_returns import Returned
@@ -311,10 +311,10 @@ class ProjectView:
         kept = self._returns.get(call)
         if kept is not None:
             return kept
-        from accelify.analysis.imported_returns import returned_by_project
+        from accelify.analysis.imported_returns import Returned, returned_by_project
 
         load = self.load_alone or self.load
-        found: Returned = []
+        found = Returned()
         if load is not None:
             found, file = returned_by_project(self.path, model, call, load, self._may_make_loaders)
             if file is not None:
@@ -427,8 +427,8 @@ def _targets(module: cst.Module) -> dict[str, tuple[cst.FunctionDef, int]]:
             for inner in statement.body.body:
                 if not isinstance(inner, cst.FunctionDef):
                     continue
-                decorators = {dotted(d.decorator) for d in inner.decorators}
-                if decorators - {"staticmethod"}:
+                decorators = {_decorator(d.decorator) for d in inner.decorators}
+                if decorators - {"staticmethod", *_GRADIENT_MODES}:
                     continue  # a property, a class method, a wrapped method: not plainly called
                 implicit = 0 if "staticmethod" in decorators else 1
                 name = inner.name.value
@@ -437,6 +437,21 @@ def _targets(module: cst.Module) -> dict[str, tuple[cst.FunctionDef, int]]:
                 )
                 found[key] = (inner, implicit)
     return found
+
+
+#: Decorators that run the method as it is, gradients off or on: its call binds as written.
+_GRADIENT_MODES = frozenset(
+    f"{prefix}{mode}"
+    for prefix in ("", "torch.")
+    for mode in ("no_grad", "inference_mode", "enable_grad")
+)
+
+
+def _decorator(decorator: cst.BaseExpression) -> str | None:
+    """``staticmethod``; ``torch.no_grad`` for ``@torch.no_grad()`` (called with nothing)."""
+    if isinstance(decorator, cst.Call) and not decorator.args:
+        decorator = decorator.func
+    return dotted(decorator)
 
 
 def _parameters(function: cst.FunctionDef, implicit: int) -> list[str]:
@@ -497,6 +512,12 @@ def handed_calls(
             )
         )
     return tuple(found)
+
+
+def project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, Path, str]]:
+    """`_project_calls`, for the conversion: what a driver that uses no accelerator hands a
+    class of the module it trains through (`convert.handed_loaders`)."""
+    return _project_calls(caller, path)
 
 
 def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, Path, str]]:
@@ -581,10 +602,15 @@ def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, b
     for index, argument in enumerate(call.args):
         if argument.star:
             continue
+        keyword = argument.keyword.value if argument.keyword is not None else ""
+        held = _prepared_holding(caller, call, argument.value)
+        if held is not None:  # ``engine.evaluate(loaders["val"])`` after prepare stored it
+            kind = _constructed_kind(caller, held)
+            found.append((index, keyword, kind.value if kind is not None else "", True))
+            continue
         name = dotted(argument.value)
         if name is None:
             continue
-        keyword = argument.keyword.value if argument.keyword is not None else ""
         if name in accelerators:
             found.append((index, keyword, Kind.ACCELERATOR.value, False))
             continue
@@ -599,6 +625,53 @@ def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, b
             kind = kind or _constructed_kind(caller, name)
             found.append((index, keyword, kind.value if kind is not None else "", True))
     return tuple(found)
+
+
+def _prepared_holding(caller: ScriptModel, call: cst.Call, value: cst.BaseExpression) -> str | None:
+    """``loaders["val"]`` (a dict's entry) or ``state.val_loader`` (an attribute of an object
+    other than ``self``) that a prepare call of the function around ``call`` stored before it
+    (``model, loaders["val"] = accelerator.prepare(model, loaders["val"])``): the entry as the
+    prepare call's outputs spell it; None for anything else, and where anything else in that
+    function may change what the entry holds (another store into it, a later rebinding of the
+    container, a mutating method of it: ``loaders.update(...)``)."""
+    from accelify.analysis.flow import string_key_of
+    from accelify.analysis.keyed_dicts import mutated_keys
+    from accelify.analysis.script_model import output_name
+
+    if isinstance(value, cst.Subscript):
+        entry = string_key_of(value)
+        if entry is None:
+            return None
+        container = entry[0]
+    else:
+        name = dotted(value)
+        if name is None or name.count(".") != 1 or name.startswith("self."):
+            return None  # a plain name or ``self.x``: the caller's own analysis answers
+        container = name.partition(".")[0]
+    spelled = output_name(caller, value)
+    function = caller.index.enclosing_function(call)
+    scope: cst.CSTNode = function if function is not None else caller.module
+    stores = [
+        p
+        for p in caller.prepare_calls
+        if spelled in p.outputs and caller.index.enclosing_function(p.call) is function
+    ]
+    if not stores or any(caller.order(p.call) > caller.order(call) for p in stores):
+        return None
+    first = min(caller.order(p.call) for p in stores)
+    preparing = {id(p.call) for p in stores}
+    for node in walk(scope):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del, cst.For)):
+            for target in rebound_targets(node):
+                if output_name(caller, target) == spelled and not (
+                    isinstance(node, cst.Assign) and id(node.value) in preparing
+                ):
+                    return None  # stored by something else than the prepare call
+                if dotted(target) == container and caller.order(node) > first:
+                    return None  # the container bound again after the prepare call
+    if isinstance(value, cst.Subscript) and mutated_keys(container, scope) is None:
+        return None  # ``loaders[split] = ...``, ``loaders.update(...)``: any key may change
+    return spelled
 
 
 def _constructed_kind(caller: ScriptModel, name: str) -> Kind | None:

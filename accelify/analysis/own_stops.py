@@ -22,7 +22,7 @@ from accelify.analysis.dataflow import statements
 from accelify.analysis.facts import Facts
 from accelify.analysis.loss_sources import last_binding, runs_before
 from accelify.analysis.objects import bound_arguments
-from accelify.analysis.own_values import OwnValues, ShardView, binds, names_read
+from accelify.analysis.own_values import OwnValues, ShardView, binds, may_bind, names_read
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.structure_tests import model_outputs, structure_only_names
 from accelify.analysis.syntax import dotted, walk
@@ -87,7 +87,7 @@ def decided_on_own_shard(
             continue
         seen.add(name)
         for binding in statements(loop.body):
-            if not binds(script, binding, name) or agrees(script, binding):
+            if not may_bind(script, binding, name) or agrees(script, binding):
                 continue
             decided = _decided_by_object(facts, binding, loop, view)
             if decided is not None:
@@ -346,7 +346,7 @@ def _decided_with(
             name = pending.pop()
             if name not in seen:
                 seen.add(name)
-                sources = [s for s in own if binds(script, s, name) and not agrees(script, s)]
+                sources = [s for s in own if may_bind(script, s, name) and not agrees(script, s)]
             continue
         source = sources.pop()
         if id(source) in checked:

@@ -19,8 +19,10 @@ from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
 from accelify.analysis.dataflow import bound_by, statements, variables_in
 from accelify.analysis.facts import Facts
 from accelify.analysis.loops import enumerates
+from accelify.analysis.name_scopes import binding_spellings
 from accelify.analysis.objects import bound_arguments, callee
-from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.returned_values import returned_tuples, unpacked_slot
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import dotted, is_generator_function, target_names, walk
 
 #: How many helpers deep a value is followed (``fit`` → ``evaluate`` → ``_loss_over``).
@@ -276,15 +278,8 @@ class OwnValues:
         if target is None:
             return None
         function, implicit = target
-        returns = [r.value for r in self.script.index.own_returns(function)]
-        if not returns or not all(
-            isinstance(r, cst.Tuple)
-            and not any(isinstance(e, cst.StarredElement) for e in r.elements)
-            for r in returns
-        ):
-            return None
-        tuples = [r for r in returns if isinstance(r, cst.Tuple)]
-        if len({len(t.elements) for t in tuples}) != 1:
+        tuples = returned_tuples([r.value for r in self.script.index.own_returns(function)])
+        if tuples is None:
             return None
         bound = {
             name: argument.value
@@ -339,7 +334,7 @@ class OwnValues:
             return None
         if folded is None and self._in_sharded_loop(binding, passed):
             folded = binding
-        unpacked = _unpacked_slot(binding, name)
+        unpacked = unpacked_slot(binding, name)
         spread = (
             self._returned_tuples(unpacked[0].value) if unpacked is not None and depth > 0 else None
         )
@@ -476,24 +471,6 @@ class OwnValues:
         )
 
 
-def _unpacked_slot(binding: cst.CSTNode, name: str) -> tuple[cst.Assign, int, int] | None:
-    """For ``a, b, _ = call(...)``: the assignment, where ``name`` stands in its one tuple
-    target and how many targets it has (the caller checks the call's returned tuples are as
-    long); None for any other binding, or a starred target."""
-    if not (
-        isinstance(binding, cst.Assign)
-        and len(binding.targets) == 1
-        and isinstance(binding.targets[0].target, cst.Tuple | cst.List)
-        and isinstance(binding.value, cst.Call)
-    ):
-        return None
-    elements = binding.targets[0].target.elements
-    if any(isinstance(e, cst.StarredElement) for e in elements):
-        return None
-    slots = [i for i, e in enumerate(elements) if dotted(e.value) == name]
-    return (binding, slots[0], len(elements)) if len(slots) == 1 else None
-
-
 def _enumerated_index(loop: cst.For, name: str) -> bool:
     """``name`` is the count of ``for name, batch in enumerate(...)``: the same on every rank."""
     target = loop.target
@@ -619,6 +596,25 @@ def binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
     )
 
 
+def may_bind(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
+    """`binds`, or ``setattr(owner, key, ...)`` on the owner of ``name`` (``self`` of
+    ``self.bad``) with a key the file does not pin to one string (`_module_string`: a name
+    bound by a ``for``, an import, twice, a parameter): it may write ``name``. A stop's counter
+    is followed through such a write too, so an unread key makes the stop collective (which
+    costs nothing where the ranks agree) rather than leave a per-rank ``break``."""
+    if binds(script, small, name):
+        return True
+    call = small.value if isinstance(small, cst.Expr) else None
+    if not (isinstance(call, cst.Call) and dotted(call.func) == "setattr" and len(call.args) == 3):
+        return False
+    owner = dotted(call.args[0].value)
+    if owner is None or not name.startswith(f"{owner}.") or "." in name[len(owner) + 1 :]:
+        return False  # it writes ``owner.<key>``, not a member of one (``self.acc.check``)
+    if name in script.names_of(Kind.ACCELERATOR):
+        return False  # ``if self.accelerator.check_trigger():`` asks every rank
+    return _module_string(script, call.args[1].value, call) is None
+
+
 def _dotted_targets(target: cst.BaseExpression) -> set[str]:
     """``self.best`` and ``self.bad`` of ``self.best, self.bad = ...``: an unpacking binds each
     of its elements as a plain assignment would."""
@@ -668,11 +664,9 @@ def _module_string(
             return None
     if not isinstance(key, cst.Name):
         return None
-    bound = script.index.assignments_to(key.value)
-    scopes = {id(script.module)} | ({id(script.scope_of(at))} if at is not None else set())
-    if len(bound) != 1 or id(script.scope_of(bound[0])) not in scopes or bound[0].value is None:
+    value = _sole_value(script, key.value, at)
+    if value is None:
         return None
-    value = bound[0].value
     if entry is None:
         return _module_string(script, value) if _is_string(value) else None
     if not isinstance(value, cst.Dict):
@@ -682,6 +676,48 @@ def _module_string(
             found = element.value
             return _module_string(script, found) if _is_string(found) else None
     return None
+
+
+def _sole_value(
+    script: ScriptModel, name: str, at: cst.CSTNode | None
+) -> cst.BaseExpression | None:
+    """What ``name`` is bound to where the file binds it once, at the module's top level or in
+    the function around ``at``: ``KEY = "bad"``, or its slot of an unpacking of a display of as
+    many plain values (``KEY, OTHER = "bad", "x"``). Every binding of the name in the file
+    counts (`binding_spellings`: a ``for``, an import, a ``with ... as``, a walrus, a rebinding
+    through ``global``), so one the assignments do not show leaves the name unread (None)."""
+    spelled = binding_spellings(script, name)
+    if len(spelled) != 1:
+        return None
+    slots: list[tuple[cst.Tuple | cst.List, int]] = []  # the innermost unpacking first
+    holder = script.parent(spelled[0])
+    while isinstance(holder, cst.Element) and isinstance(
+        outer := script.parent(holder), cst.Tuple | cst.List
+    ):
+        slots.append((outer, list(outer.elements).index(holder)))
+        holder = script.parent(outer)
+    if isinstance(holder, cst.AssignTarget):
+        statement = script.parent(holder)
+        if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+            return None
+    elif isinstance(holder, cst.AnnAssign) and not slots:
+        statement = holder
+    else:
+        return None
+    scopes = {id(script.module)} | ({id(script.scope_of(at))} if at is not None else set())
+    value = statement.value
+    if id(script.scope_of(statement)) not in scopes or value is None:
+        return None
+    for unpacked, slot in reversed(slots):  # the outermost unpacking first
+        if not isinstance(value, cst.Tuple | cst.List) or any(
+            isinstance(element, cst.StarredElement)
+            for element in (*value.elements, *unpacked.elements)
+        ):
+            return None
+        if len(value.elements) != len(unpacked.elements):
+            return None
+        value = value.elements[slot].value
+    return value
 
 
 def _is_string(value: cst.BaseExpression) -> bool:

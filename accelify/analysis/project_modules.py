@@ -104,6 +104,12 @@ def _roots(folder: Path, first: str) -> Iterator[Path]:
         yield package_root
 
 
+def package_root(folder: Path) -> Path | None:
+    """The folder above ``folder``'s outermost package folder, where a script imports its
+    modules by their dotted name (``from src.engine import Engine``); None: not in a package."""
+    return _around(folder)[1]
+
+
 @functools.lru_cache(maxsize=1024)
 def _around(folder: Path) -> tuple[tuple[Path, ...], Path | None]:
     """``folder`` (absolute) and the folders above it (`_ancestors`), and its package root (the

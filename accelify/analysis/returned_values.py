@@ -1,12 +1,18 @@
 """Where a helper's returned local goes: the object model treats a list a helper builds and
 returns as the same object its callers hold (``embeddings = extract(loader, model)``), so what
-happens to it there (a gather after the helper's loop) is what happens to the helper's local."""
+happens to it there (a gather after the helper's loop) is what happens to the helper's local.
+
+Also which slot of a returned tuple a caller's name holds (``loss, stats = forward(...)`` of a
+``return loss, stats``): `unpacked_slot` on the caller's side, `returned_tuples` on the
+function's; `own_values` and ACC403's statistics dicts ask them."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import libcst as cst
+
+from accelify.analysis.syntax import dotted
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -38,6 +44,37 @@ def held_by_callers(
     return found
 
 
+def unpacked_slot(binding: cst.CSTNode, name: str) -> tuple[cst.Assign, int, int] | None:
+    """For ``a, b, _ = call(...)``: the assignment, where ``name`` stands in its one tuple
+    target and how many targets it has (the caller checks the call's returned tuples are as
+    long: `returned_tuples`); None for any other binding, or a starred target."""
+    if not (
+        isinstance(binding, cst.Assign)
+        and len(binding.targets) == 1
+        and isinstance(binding.targets[0].target, cst.Tuple | cst.List)
+        and isinstance(binding.value, cst.Call)
+    ):
+        return None
+    elements = binding.targets[0].target.elements
+    if any(isinstance(e, cst.StarredElement) for e in elements):
+        return None
+    slots = [i for i, e in enumerate(elements) if dotted(e.value) == name]
+    return (binding, slots[0], len(elements)) if len(slots) == 1 else None
+
+
+def returned_tuples(values: list[cst.BaseExpression | None]) -> list[cst.Tuple] | None:
+    """The tuples a function's returns hand back (``values``: what each ``return`` gives),
+    when every one is a tuple written out with nothing starred and all are as long: then a
+    caller's slot (`unpacked_slot`) is the element at that place of each. None otherwise."""
+    if not values or not all(
+        isinstance(v, cst.Tuple) and not any(isinstance(e, cst.StarredElement) for e in v.elements)
+        for v in values
+    ):
+        return None
+    tuples = [v for v in values if isinstance(v, cst.Tuple)]
+    return tuples if len({len(t.elements) for t in tuples}) == 1 else None
+
+
 def _places_returned(returns: list[cst.Return], names: set[str]) -> list[int | None]:
     """Where the returns hand back one of ``names``: ``[None]`` for the whole value, else the
     tuple places that hold one in every return (all returns tuples of one length)."""
@@ -45,22 +82,14 @@ def _places_returned(returns: list[cst.Return], names: set[str]) -> list[int | N
         return []
     if all(isinstance(r.value, cst.Name) and r.value.value in names for r in returns):
         return [None]
-    tuples = [r.value for r in returns]
-    if not all(isinstance(t, cst.Tuple) for t in tuples):
-        return []
-    sizes = {len(t.elements) for t in tuples}  # type: ignore[union-attr]
-    if len(sizes) != 1 or any(
-        isinstance(e, cst.StarredElement)
-        for t in tuples
-        for e in t.elements  # type: ignore[union-attr]
-    ):
+    tuples = returned_tuples([r.value for r in returns])
+    if tuples is None:
         return []
     return [
         place
-        for place in range(sizes.pop())
+        for place in range(len(tuples[0].elements))
         if all(
-            isinstance(e := t.elements[place].value, cst.Name) and e.value in names  # type: ignore[union-attr]
-            for t in tuples
+            isinstance(e := t.elements[place].value, cst.Name) and e.value in names for t in tuples
         )
     ]
 

@@ -736,14 +736,23 @@ def analyze(
     source: str | None = None,
     imported_returns: Mapping[int, list[tuple[tuple[int, ...], Kind | None]]] | None = None,
     project: ProjectView | None = None,
+    given: dict[cst.FunctionDef, dict[str, Given]] | None = None,
+    star_imported: Mapping[str, str] | None = None,
 ) -> ScriptModel:
     """One traversal collects everything; positions are left for the first finding that needs
     one (libcst's scope analysis is not used: an import table answers what a name is).
     ``imported_returns``: what calls of the project's other modules return (`ScriptModel`);
-    ``project``: what the project's other modules tell about this one (`outside_callers`)."""
+    ``project``: what the project's other modules tell about this one (`outside_callers`);
+    ``given``: what they hand its functions, where the caller has it without a whole view (the
+    conversion: `convert.handed_loaders`); ``star_imported``: the library names its star
+    imports of project modules bind (`star_imports`)."""
     model = ScriptModel(module=module, imports=ImportTable.of_module(module), project=project)
+    for name, target in (star_imported or {}).items():  # ``from sibling import *``'s libraries
+        model.imports.bound.setdefault(name, target)
     if project is not None:
         model.given_parameters = project.given(module)
+    if given:
+        model.given_parameters = {**model.given_parameters, **given}
     if imported_returns:
         model.imported_returns = imported_returns
     if source is not None:  # the text the module was parsed from: no code generation for it

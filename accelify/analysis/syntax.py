@@ -502,6 +502,28 @@ def is_print_alone(line: cst.CSTNode) -> bool:
     )
 
 
+def rebound_targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """What ``node`` binds anew, each element of an unpacking on its own (``self.a, self.b =
+    ...`` gives both): the targets of an assignment of any kind, a ``for``, a ``with ... as``
+    and a ``del``; none for another node."""
+    if isinstance(node, cst.Assign):
+        spelled: list[cst.BaseExpression] = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)):
+        spelled = [node.target]
+    elif isinstance(node, cst.With):
+        spelled = [item.asname.name for item in node.items if item.asname is not None]
+    else:
+        return []
+    found: list[cst.BaseExpression] = []
+    while spelled:
+        target = spelled.pop()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            spelled.extend(element.value for element in target.elements)
+        else:
+            found.append(target)
+    return found
+
+
 def unpacked_pairs(
     target: cst.BaseExpression, value: cst.BaseExpression
 ) -> list[tuple[cst.BaseExpression, cst.BaseExpression]] | None:
@@ -517,6 +539,27 @@ def unpacked_pairs(
     ):
         return None
     return [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
+
+
+def top_level_functions(module: cst.Module, name: str) -> list[cst.FunctionDef]:
+    """Every ``def name`` written directly in ``module``'s body, in source order (a function
+    defined again later is listed twice): a helper module's function another module calls."""
+    return [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+
+
+def value_assigned_to(assign: cst.CSTNode, spelling: str) -> cst.BaseExpression | None:
+    """What ``assign`` binds the target spelt ``spelling`` to: the whole value of ``self.model
+    = model``, the element at its place of ``self.model, self.optimizer = model, optimizer``.
+    None where it binds no such target, or its place in the value is not written out."""
+    if not is_assignment(assign):
+        return None
+    for target in assigned_targets(assign):
+        if dotted(target) == spelling:
+            return assign.value
+        for element, value in unpacked_pairs(target, assign.value) or ():
+            if dotted(element) == spelling:
+                return value
+    return None
 
 
 #: Where an element sits in a (nested) tuple: ``(1, 0)`` is the first of the second.

@@ -3,7 +3,9 @@ and loaders and calls ``train_one_epoch(...)`` and ``evaluate(...)`` of ``engine
 the ``.backward()`` is (the torchvision-references shape).
 
 When both files are converted in one run and the driver is the one file of the folder that
-imports the engine, the two are converted as one script: the engine's functions are appended
+imports the engine, the two are converted as one script: the engine's functions and classes
+(a trainer class the driver hands its model and optimizer: the Accelerator is then created
+where the class receives them) are appended
 to the driver (the engine's imports take the place of the driver's import of the engine, the
 engine's own import lines become ``pass``, so every line keeps its number), that script is
 converted by the single-file rules (one Accelerator, one ``prepare``, ``accelerator`` threaded
@@ -15,6 +17,7 @@ statements of its own) leaves both as today: review lines, nothing changed."""
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,11 +26,19 @@ from typing import Any
 
 import libcst as cst
 
-from accelify.analysis.project_modules import IMPORTED, module_file, read
+from accelify.analysis.project_modules import IMPORTED, module_file, package_root, read, resolved
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.edits.plan import Note
 from accelify.errors import UserError
 from accelify.source import parse
+
+#: Names every module reads without binding them (``False`` of an added keyword argument)
+_BUILTINS = frozenset(dir(builtins))
+
+#: What an engine module defines besides its imports: the driver calls its functions and
+#: builds its classes (a trainer class with its methods), all converted with the driver
+Definition = cst.FunctionDef | cst.ClassDef
+_DEFINITIONS = (cst.FunctionDef, cst.ClassDef)
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,9 @@ class Split:
 
     driver: tuple[bytes, list[Note], list[Note], list[str]]
     engine: tuple[bytes, list[Note], list[Note]]
+    #: the Accelerator is created (and what trains prepared) in the engine: a class of it
+    #: receives the model and optimizer the driver builds
+    engine_creates: bool = False
 
 
 #: The single-file conversion (`conversion.convert_source` of the combined script, which
@@ -64,9 +78,9 @@ def pair_of_driver(path: Path, modules: set[Path]) -> Path | None:
 
 def driver_of_engine(path: Path, module: cst.Module, converted_with: frozenset[str]) -> Path | None:
     """The one file of ``path``'s folder that imports it, when both are converted in this run.
-    Only a module of imports and functions is looked for (the folder is read for it)."""
+    Only a module of imports, functions and classes is looked for (the folder is read for it)."""
     if not all(
-        isinstance(s, cst.FunctionDef) or is_docstring(s) or _is_import(s) for s in module.body
+        isinstance(s, _DEFINITIONS) or is_docstring(s) or _is_import(s) for s in module.body
     ):
         return None
     importers = importers_of(path)
@@ -107,13 +121,12 @@ def unpaired_because(
         (
             s
             for s in module.body
-            if not (isinstance(s, cst.FunctionDef) or is_docstring(s) or _is_import(s))
+            if not (isinstance(s, _DEFINITIONS) or is_docstring(s) or _is_import(s))
         ),
         None,
     )
     if extra is not None:
-        what = f"class {extra.name.value}" if isinstance(extra, cst.ClassDef) else "statements"
-        return f"{engine.name} holds more than imports and functions ({what})"
+        return f"{engine.name} holds more than imports, functions and classes (statements)"
     if at_top_level:
         return (
             "this file calls it at its top level, where the combined script's functions would "
@@ -127,10 +140,12 @@ def unpaired_because(
 
 def importers_of(engine: Path) -> list[Path]:
     """The files of the engine's folder (not below it: a module of the folder is imported by
-    name from there) whose imports name it; the folder's files are few."""
+    name from there), and of the folders above it while it is in a package (``train.py``
+    beside ``src/``, ``from src.engine import Engine``), whose imports name it; the folders'
+    files are few."""
     name = engine.stem.encode()
     found = []
-    for other in sorted(engine.parent.glob("*.py")):
+    for other in sorted(p for folder in _folders_importing(engine) for p in folder.glob("*.py")):
         other = other.resolve()
         if other == engine.resolve() or not other.is_file():
             continue
@@ -145,6 +160,16 @@ def importers_of(engine: Path) -> list[Path]:
                 found.append(other)
                 break
     return found
+
+
+def _folders_importing(engine: Path) -> list[Path]:
+    """The engine's folder and, in a package, each folder above it up to the package root."""
+    folder = engine.parent.absolute()
+    root = package_root(folder)
+    if root is None:
+        return [folder]
+    parents = list(folder.parents)
+    return [folder, *parents[: parents.index(root) + 1]]
 
 
 def _names_module(data: bytes, match, stem: str) -> bool:  # type: ignore[no-untyped-def]
@@ -173,7 +198,14 @@ def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
         engine = parse(pair.engine_data, str(pair.engine))
     except UserError:
         return None
-    shape = _shape(driver, engine, pair.engine.stem)
+    engine_file = pair.engine.resolve()
+    shape = _shape(
+        driver,
+        engine,
+        lambda name: (
+            (found := module_file(pair.driver, name)) is not None and resolved(found) == engine_file
+        ),
+    )
     if shape is None:
         return None
     flat = _flatten(driver, shape) if shape.module_name else driver
@@ -226,6 +258,7 @@ def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
         return None  # the converted driver would read a name only the engine's module binds
     if new_driver is None:
         return None
+    new_driver = _without_unread_imports(new_driver, added)
     lines = _Lines(offset, pair.driver.name, pair.engine.name)
     d_changes = [lines.driver(n) for n in result.changes if n.line <= offset]
     d_reviews = [lines.driver(n) for n in result.reviews if n.line <= offset]
@@ -234,6 +267,48 @@ def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
     return Split(
         (new_driver.encode(), d_changes, d_reviews, list(result.prepared)),
         (new_engine.encode(), e_changes, e_reviews),
+        _creates_accelerator(cst.parse_module(new_engine)),
+    )
+
+
+def _without_unread_imports(code: str, added: list[cst.BaseStatement]) -> str:
+    """A file of the pair without the names of the added import lines it never reads: the
+    combined script's ``from accelify import Accelerator, PartialState`` serves both parts
+    (an engine class creates the Accelerator, the driver prints through PartialState); each
+    file keeps the names it reads, not an unused import (ruff's F401 in the converted file)."""
+    module = cst.parse_module(code)
+    lines = {cst.Module([]).code_for_node(s).strip() for s in added}
+    read = {
+        n.value
+        for s in module.body
+        if not _is_import(s)
+        for n in walk(s)
+        if isinstance(n, cst.Name)
+    }
+    body: list[cst.BaseStatement] = []
+    for statement in module.body:
+        small = statement.body[0] if _is_import(statement) else None  # type: ignore[attr-defined]
+        if (
+            not isinstance(small, cst.ImportFrom)
+            or isinstance(small.names, cst.ImportStar)
+            or module.code_for_node(statement).strip() not in lines
+        ):
+            body.append(statement)
+            continue
+        kept = [a for a in small.names if (dotted(a.asname.name if a.asname else a.name)) in read]
+        if len(kept) == len(small.names):
+            body.append(statement)
+        elif kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            body.append(
+                statement.with_changes(body=[small.with_changes(names=kept)])  # type: ignore[call-arg]
+            )
+    return module.with_changes(body=body).code
+
+
+def _creates_accelerator(module: cst.Module) -> bool:
+    return any(
+        isinstance(node, cst.Call) and dotted(node.func) == "Accelerator" for node in walk(module)
     )
 
 
@@ -267,14 +342,18 @@ class _Lines:
         return f"line {number - self.offset}" if in_engine else f"{other} line {number}"
 
 
-def _shape(driver: cst.Module, engine: cst.Module, stem: str) -> _Shape | None:
-    """The driver imports the engine once, in a one-line statement of its own body (``from
-    engine import a, b`` of the engine's functions, or ``import engine``), and uses the
-    imported names only as the functions of calls; the engine holds only a docstring, one-line
-    imports (no ``__future__``) and functions; no name means two things across the two."""
+def _shape(
+    driver: cst.Module, engine: cst.Module, names_engine: Callable[[str], bool]
+) -> _Shape | None:
+    """The driver imports the engine (the module name ``names_engine`` says is its file) once,
+    in a one-line statement of its own body (``from engine import a, b`` of the engine's
+    functions, ``from src.engine import Engine``, or ``import engine``), and uses the
+    imported names only as the functions of calls (a class: built); the engine holds only a
+    docstring, one-line imports (no ``__future__``), functions and classes; no name means two
+    things across the two."""
     functions: set[str] = set()
     for s in engine.body:
-        if isinstance(s, cst.FunctionDef):
+        if isinstance(s, _DEFINITIONS):
             functions.add(s.name.value)
         elif not (is_docstring(s) or (_is_import(s) and _one_line(engine, s))) or (
             _is_import(s)
@@ -287,7 +366,7 @@ def _shape(driver: cst.Module, engine: cst.Module, stem: str) -> _Shape | None:
     index, module_name, imported = None, None, set()
     for i, s in enumerate(driver.body):
         for small in getattr(s, "body", []) if _is_import(s) else []:
-            hit = _of_engine(small, stem)
+            hit = _of_engine(small, names_engine)
             if hit is None:
                 continue
             if index is not None or len(s.body) != 1 or not _one_line(driver, s):  # type: ignore[attr-defined]
@@ -307,22 +386,26 @@ def _shape(driver: cst.Module, engine: cst.Module, stem: str) -> _Shape | None:
     return _Shape(index, module_name, functions)
 
 
-def _of_engine(small: cst.BaseSmallStatement, stem: str) -> tuple[str | None, set[str]] | None:
+def _of_engine(
+    small: cst.BaseSmallStatement, names_engine: Callable[[str], bool]
+) -> tuple[str | None, set[str]] | None:
     """``from engine import a, b`` -> (None, {a, b}); ``import engine`` -> ("engine", set());
-    None for other imports. An alias or a star is not handled (None with a marker set)."""
+    None for other imports. An alias, a star or a dotted ``import src.engine`` is not handled
+    (None with a marker set)."""
     if isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
-        if dotted(small.module) != stem:
+        if not names_engine(dotted(small.module) or ""):
             return None
         if isinstance(small.names, cst.ImportStar) or any(a.asname for a in small.names):
             return ("*", {"*"})
         return None, {dotted(a.name) or "" for a in small.names}
     if isinstance(small, cst.Import):
-        names = [dotted(a.name) for a in small.names]
-        if stem not in names:
+        names = [dotted(a.name) or "" for a in small.names]
+        hits = [name for name in names if names_engine(name)]
+        if not hits:
             return None
-        if len(names) != 1 or small.names[0].asname:
+        if len(names) != 1 or small.names[0].asname or "." in hits[0]:
             return ("*", {"*"})
-        return stem, set()
+        return hits[0], set()
     return None
 
 
@@ -455,8 +538,8 @@ def _engine_back(
     the engine's statements in order."""
     body = []
     for original, new in zip(engine.body, part, strict=True):
-        if isinstance(original, cst.FunctionDef):
-            if not isinstance(new, cst.FunctionDef) or new.name.value != original.name.value:
+        if isinstance(original, _DEFINITIONS):
+            if type(new) is not type(original) or new.name.value != original.name.value:
                 return None
             if _reads_new_globals(original, new, added):
                 return None
@@ -476,7 +559,7 @@ def _engine_back(
         }
         if names & used:
             module = _add_import(module, converted.code_for_node(line).strip(), path)
-    return module.code
+    return _without_unread_imports(module.code, added)
 
 
 def _names_in(statements: Sequence[cst.BaseStatement]) -> set[str]:
@@ -484,7 +567,7 @@ def _names_in(statements: Sequence[cst.BaseStatement]) -> set[str]:
 
 
 def _reads_new_globals(
-    original: cst.FunctionDef, new: cst.FunctionDef, added: list[cst.BaseStatement]
+    original: Definition, new: Definition, added: list[cst.BaseStatement]
 ) -> bool:
     """The converted function reads a name the original does not and that it neither takes
     as a parameter, binds, nor gets from an added import: a global of the combined script
@@ -498,10 +581,10 @@ def _reads_new_globals(
         if not isinstance(small.names, cst.ImportStar)
         for a in small.names
     }
-    return bool(_read_names(new) - known - imported)
+    return bool(_read_names(new) - known - imported - _BUILTINS)
 
 
-def _read_names(function: cst.FunctionDef) -> set[str]:
+def _read_names(function: Definition) -> set[str]:
     """The names a function's code reads or writes, not counting attribute names and keyword
     names of calls (``x.to(device=d)``: ``x`` and ``d``)."""
     skip = set()
@@ -515,9 +598,10 @@ def _read_names(function: cst.FunctionDef) -> set[str]:
     return {n.value for n in walk(function.body) if isinstance(n, cst.Name) and id(n) not in skip}
 
 
-def _bound_in(function: cst.FunctionDef) -> set[str]:
-    """The names a function takes as parameters or assigns in its body."""
-    names = {p.name.value for p in walk(function.params) if isinstance(p, cst.Param)}
+def _bound_in(function: Definition) -> set[str]:
+    """The names a function takes as parameters or assigns in its body (a class: its methods'
+    parameters and what its body assigns)."""
+    names = {p.name.value for p in walk(function) if isinstance(p, cst.Param)}
     for node in walk(function.body):
         targets: list[cst.CSTNode] = []
         if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)):

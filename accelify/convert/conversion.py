@@ -6,6 +6,7 @@ Nothing here writes files; `accelify.convert.files` does that for the CLI.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,11 +15,14 @@ from typing import Any
 import libcst as cst
 
 from accelify.analysis import project_modules
+from accelify.analysis.base_inits import own_init
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.side_effects import writes
+from accelify.analysis.star_imports import star_imported_names
 from accelify.analysis.syntax import dotted, is_docstring, walk
-from accelify.convert import across, imported_helpers, project, saver_modules
+from accelify.convert import across, imported_helpers, project, saver_modules, subclass_inits
+from accelify.convert.handed_loaders import handed_loaders
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.unread_devices import drop_unread_devices
 from accelify.convert.wrap_lines import wrap_long_lines
@@ -28,6 +32,10 @@ from accelify.errors import UserError
 from accelify.source import parse, render, room_for_deep_trees
 
 ALREADY_ACCELERATED = "already uses an Accelerator"
+LEFT_AS_IS = "left as it is (the review line says why)"
+#: left as it is for a subclass in another module that would lack the accelerator
+#: (`subclass_inits`): a driver of this module says that reason
+SUBCLASS_SKIPS_INIT = "left as it is: a subclass elsewhere skips its __init__ (the review says why)"
 
 
 @dataclass
@@ -56,7 +64,8 @@ def convert_source(
     one (`across`); False for that combined script itself."""
     label = str(path)
     module = parse(data, label)
-    model = analyze(module)
+    star_imported = star_imported_names(Path(path), module)
+    model = analyze(module, star_imported=star_imported)
     if model.uses_accelerator:
         return Conversion(label, data, data, skipped=ALREADY_ACCELERATED)
     if together:
@@ -79,8 +88,10 @@ def convert_source(
             return Conversion(label, data, rendered, changes=changes, reviews=reviews, done=done)
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
     returns = project.imported_returns(path, model)
-    if returns:  # DataLoaders made by the project's other modules: analysed as made here
-        model = analyze(module, imported_returns=returns)
+    # DataLoaders a driver of the folder hands a class of this file (`handed_loaders`)
+    handed = handed_loaders(Path(path), module) if model.classes else {}
+    if returns or handed:  # DataLoaders made by the project's other modules: as made here
+        model = analyze(module, imported_returns=returns, given=handed, star_imported=star_imported)
     siblings = project.sibling_calls(path, model)  # each sibling module analysed once
     evaluators = project.imported_evaluators(siblings)
     plan = plan_conversion(
@@ -96,9 +107,12 @@ def convert_source(
     )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give
-        why = "left as it is (the review line says why)" if plan.reviews else "nothing to convert"
+        why = LEFT_AS_IS if plan.reviews else "nothing to convert"
         return Conversion(label, data, data, reviews=plan.reviews, skipped=why)
     converted = module.visit(ApplyPlan(plan))
+    skipped_init = _subclass_skipping_init(Path(path), model, converted)
+    if skipped_init is not None:  # the file is left as it is, with this line
+        return Conversion(label, data, data, reviews=[skipped_init], skipped=SUBCLASS_SKIPS_INIT)
     for code in plan.imports:
         converted = _add_import(converted, code, Path(label))
     converted, changes = drop_unread_devices(converted, data, plan.changes)
@@ -117,6 +131,19 @@ def convert_source(
     )
 
 
+def _subclass_skipping_init(path: Path, model: ScriptModel, converted: cst.Module) -> Note | None:
+    """A subclass in another module of the folder that does not run the ``__init__`` of a
+    class this conversion creates ``self.accelerator`` in (`subclass_inits`)."""
+    if not path.is_file():
+        return None
+    lines = {
+        cls.name.value: model.line(init)
+        for cls in model.module.body
+        if isinstance(cls, cst.ClassDef) and (init := own_init(cls)) is not None
+    }
+    return subclass_inits.skipped_in_other_modules(path, model.module, converted, lines)
+
+
 def _converted_together(
     data: bytes, path: Path, model: ScriptModel, options: Options
 ) -> Conversion | None:
@@ -128,34 +155,84 @@ def _converted_together(
     file = path.resolve()
     if model.trains:
         driver = across.driver_of_engine(file, model.module, options.converted_with)
-        if driver is None:
-            return None
+        if driver is None or _engine_of_driver(driver) != file:
+            return None  # the driver's own conversion would not pair them: both as today
         pair = across.Pair(driver, file, project_modules.read(driver), data)
     else:
-        elsewhere = project.trained_elsewhere(path, model)
-        engine = across.pair_of_driver(file, {e.module.resolve() for e in elsewhere})
+        engine = _engine_of(file, model)
         if engine is None or str(engine) not in options.converted_with:
             return None
         pair = across.Pair(file, engine, data, project_modules.read(engine))
+    # the engine's own conversion, where it prepares by itself: this file's, for the engine
+    alone = _conversion_on_its_own(path if file == pair.engine else pair.engine, pair, options)
+    if alone is not None:
+        return alone if file == pair.engine else None
     split = across.combine_and_split(
         pair, lambda source, where: convert_source(source, where, options, together=False)
     )
     if split is None:
         return None
     label = str(path)
+    prepared = split.driver[3]
     if file == pair.driver:
-        converted, changes, reviews, prepared = split.driver
+        converted, changes, reviews, _ = split.driver
         _check_parses(converted, label, data)
-        return Conversion(label, data, converted, changes, reviews, prepared)
+        return Conversion(
+            label, data, converted, changes, reviews, [] if split.engine_creates else prepared
+        )
     converted, changes, reviews = split.engine
     _check_parses(converted, label, data)
     driver = _relative_to(pair.driver, file)
+    if split.engine_creates:
+        told = Note(
+            0,
+            f"converted with {driver}, which builds what this file trains and hands it in: the "
+            "Accelerator is created and what trains prepared here, where it is received",
+        )
+        return Conversion(label, data, converted, [told, *changes], reviews, prepared)
     told = Note(
         0,
         f"converted with {driver}, which creates the Accelerator, prepares what trains and "
         "hands the accelerator to these functions at each of its calls",
     )
     return Conversion(label, data, converted, [told, *changes], reviews)
+
+
+def _engine_of_driver(driver: Path) -> Path | None:
+    """The engine module the driver's own conversion pairs it with (the other side of the
+    same decision: an engine converted with a driver that is not converted with it would
+    leave the driver's prints, loads and loaders as if nothing had changed)."""
+    try:
+        module = parse(project_modules.read(driver), str(driver))
+    except UserError:
+        return None
+    model = analyze(module)
+    if model.trains or model.uses_accelerator:
+        return None
+    return _engine_of(driver, model)
+
+
+def _engine_of(driver: Path, model: ScriptModel) -> Path | None:
+    """The one engine module ``driver`` (resolved; ``model``: its analysis, a file with no
+    backward of its own) trains through, as `across.pair_of_driver` pairs them."""
+    elsewhere = project.trained_elsewhere(driver, model)
+    return across.pair_of_driver(driver, {e.module.resolve() for e in elsewhere})
+
+
+def _conversion_on_its_own(label: Path, pair: across.Pair, options: Options) -> Conversion | None:
+    """The engine's conversion on its own (under ``label``), where the engine holds a class
+    whose own conversion prepares what it trains (a trainer class that builds its model,
+    optimizer and loaders): converted alone, its driver reaching ``trainer.accelerator``, as
+    a module of functions never is; None otherwise (the pair is converted as one). The
+    engine's run returns it as its conversion: what it would compute next anyway."""
+    try:
+        module = parse(pair.engine_data, str(label))
+    except UserError:
+        return None
+    if not any(isinstance(s, cst.ClassDef) for s in module.body):
+        return None
+    alone = convert_source(pair.engine_data, label, options, together=False)
+    return alone if alone.prepared else None
 
 
 def _unpaired(
@@ -185,10 +262,8 @@ def _unpaired(
 
 
 def _relative_to(other: Path, file: Path) -> str:
-    try:
-        return str(other.relative_to(file.parent))
-    except ValueError:
-        return str(other)
+    """``other`` as seen from ``file``'s folder (``../train.py`` for a module of a package)."""
+    return os.path.relpath(other, file.parent)
 
 
 def _drives_another_file(
@@ -217,9 +292,12 @@ def _drives_another_file(
         f"module (line {first.line})"
     )
     prepared = {file: state.prepared for file, state in there.items()}
-    reviews = project.review_notes(
-        label, elsewhere, prepared, _unpaired(label, model, elsewhere, prepared, options)
-    )
+    unpaired = _unpaired(label, model, elsewhere, prepared, options)
+    for entry in elsewhere:
+        left = there[entry.module].left
+        if left is not None:  # its own conversion says why it is left as it is
+            unpaired[entry.line] = f"{entry.module.name}: {left}"
+    reviews = project.review_notes(label, elsewhere, prepared, unpaired)
     driven = [e for e in elsewhere if prepared[e.module]]
     if not driven:
         return Conversion(label, data, data, reviews=reviews, skipped=skipped)
@@ -363,6 +441,8 @@ class _There:
     prepared: list[str]
     source: bytes
     when: str
+    #: why its own conversion leaves it as it is (its review line), when it does
+    left: str | None = None
 
 
 def _there(file: Path, options: Options) -> _There:
@@ -371,6 +451,8 @@ def _there(file: Path, options: Options) -> _There:
         conversion = convert_source(data, file, options)
     except (OSError, UserError):
         return _There([], b"", "")
+    if conversion.skipped == SUBCLASS_SKIPS_INIT and conversion.reviews:
+        return _There([], b"", "", left=conversion.reviews[0].text)
     if conversion.skipped == ALREADY_ACCELERATED:  # converted by hand, or by an earlier run
         return _There(project.prepared_by_hand(data, str(file)), data, "already converted")
     if conversion.skipped or not conversion.prepared:

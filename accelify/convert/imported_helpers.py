@@ -39,7 +39,7 @@ def imported_readers(
         s.name.value: s for s in original.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))
     }
     found: dict[str, str] = {}
-    for importer in _importers(path.resolve()):
+    for importer in importers(path.resolve()):
         names = _names_imported(importer, path.stem)
         for name in readers if "*" in names else names & readers:
             found.setdefault(name, importer.relative_to(path.resolve().parent).as_posix())
@@ -130,7 +130,7 @@ _DEPTH = 3
 _FILES = 500
 
 
-def _importers(path: Path) -> list[Path]:
+def importers(path: Path) -> list[Path]:
     """The files that import ``path``'s module: those of its folder (`across.importers_of`),
     and those of the folders below it that import it by its plain name (``from train import
     evaluate`` in ``tools/report.py``, run from the folder or with ``sys.path`` set to it)."""

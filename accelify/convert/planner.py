@@ -39,12 +39,14 @@ from accelify.convert.steps import (
     metric_schedulers,
     output,
     prepare,
+    received_lengths,
     saving,
     scheduler_pace,
     seeding,
     self_training,
     shared_files,
     side_effects,
+    through_forward,
     tracker_runs,
     unused_outputs,
     unwrap,
@@ -73,6 +75,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     devices.run_devices,
     amp.run,
     clipping.run,
+    through_forward.run,
     unwrap.run,
     unused_outputs.run,
     saving.run,
@@ -165,7 +168,10 @@ def plan_conversion(
     ctx.scope = prepare_scope
     prepare.run(ctx, prepare_scope)
     _prepare_other_training_functions(ctx, prepare_scope)
+    _review_training_outside_the_class(ctx, prepare_scope)
     prepare.prepare_loaders_made_where_trained(ctx, prepare_scope)
+    received_lengths.run(ctx)
+    ctx.through_forward = through_forward.routed_calls(ctx)
     outside = unwrap.forwards_outside_the_wrapper(ctx)
     if outside:  # the script is left as it is: a plan of these review lines only
         return _left_as_is(model, options, outside)
@@ -535,6 +541,38 @@ def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> Non
             "are made, and hand the prepared ones in",
         )
     ctx.prepare_anchor = first_anchor
+
+
+def _review_training_outside_the_class(ctx: Context, prepare_scope: Scope) -> None:
+    """``topt.step()`` of ``main()`` training a teacher before the ``Distiller`` whose
+    constructor holds ``self.accelerator`` is made: that optimizer and its model stay as they
+    are (no accelerator is reachable there), so every rank trains its own copy on all the data.
+    Said at each step of such an optimizer, where lint finds it unprepared."""
+    if not ctx.acc.startswith("self."):
+        return
+    placement = ctx.facts.placement
+    owner = placement.class_of(prepare_scope)
+    if owner is None:
+        return
+    for binding in ctx.model.of_kind(Kind.OPTIMIZER):
+        scope = binding.scope
+        if binding.name in ctx.plan.prepared or binding.received:
+            continue
+        if not isinstance(scope, cst.FunctionDef) or placement.inside(scope, owner):
+            continue
+        if not any(placement.inside(call, scope) for call in ctx.model.backward_calls):
+            continue
+        trained = ", ".join(sorted(parameter_owners(binding))) or "its parameters"
+        for call in ctx.model.calls:
+            if dotted(call.func) != f"{binding.name}.step" or ctx.model.scope_of(call) is not scope:
+                continue
+            ctx.plan.review(
+                ctx.line(call),
+                f"{ctx.code(call)} left as is: {binding.name} and {trained} are not prepared "
+                f"({ctx.acc} of {owner.name.value} is not reachable in "
+                f"{scope.name.value}()); every rank trains them on all the data this loop reads, "
+                "unsynchronised (not data-parallel)",
+            )
 
 
 def _prepared_elsewhere(

@@ -93,7 +93,8 @@ def _backward_of_class_or_bases(
     the function's or class's name there and the backward's line: in ``other`` itself, or, for
     a class, in a base class it imports from another module of the project (``class
     SmallStealer(Model)`` whose ``Model.train()`` of ``model.py`` trains: the driver that builds
-    a ``SmallStealer`` trains there), three bases deep at most."""
+    a ``SmallStealer`` trains there; or a base class of ``file`` itself), three bases deep at
+    most."""
     backward = _backward_reached(other, function)
     if backward is not None:
         return file, function, backward
@@ -105,6 +106,13 @@ def _backward_of_class_or_bases(
     )
     for base in defined.bases if defined is not None else ():
         name = dotted(base.value)
+        if name and any(
+            isinstance(s, cst.ClassDef) and s.name.value == name for s in other.module.body
+        ):  # a base class of the same module (``class ClassifierTrainer(BaseTrainer)``)
+            reached = _backward_of_class_or_bases(file, other, name, depth + 1)
+            if reached is not None:
+                return reached
+            continue
         imported = other.imports.resolve(name) if name else None
         if imported is None or "." not in imported.lstrip("."):
             continue
@@ -747,7 +755,7 @@ def instance_accelerator(
         if (
             isinstance(node, cst.FunctionDef)
             and node.name.value == "__init__"
-            and (attribute := _accelerator_attribute(node)) is not None
+            and (attribute := accelerator_attribute(node)) is not None
         ):
             return f"{target.value}.{attribute}", statement  # type: ignore[return-value]
     return None
@@ -786,7 +794,7 @@ def in_scope_below(model: ScriptModel, node: cst.CSTNode, statement: cst.CSTNode
     )
 
 
-def _accelerator_attribute(init: cst.FunctionDef) -> str | None:
+def accelerator_attribute(init: cst.FunctionDef) -> str | None:
     """``accelerator`` for ``self.accelerator = Accelerator(...)`` in ``init``'s own body."""
     for node in walk(init.body):
         if (

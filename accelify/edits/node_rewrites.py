@@ -85,6 +85,21 @@ class Wrapped:
 
 
 @dataclass(frozen=True)
+class ThroughForward:
+    """``model.training_step(batch)`` -> ``helper(acc, model, "training_step", batch)``: the
+    receiver and the arguments, as other rewrites left them, handed to ``helper``."""
+
+    helper: str
+    acc: str
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+        method = cst.SimpleString(f'"{updated.func.attr.value}"')
+        leading = [cst.Arg(expression(self.acc)), cst.Arg(updated.func.value), cst.Arg(method)]
+        return updated.with_changes(func=expression(self.helper), args=[*leading, *updated.args])
+
+
+@dataclass(frozen=True)
 class StateOf:
     """``model.state_dict()`` -> ``function(model)`` (``accelerator.get_state_dict(model)``):
     the receiver, as other rewrites left it, handed to ``function``."""

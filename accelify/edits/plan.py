@@ -182,8 +182,10 @@ class Plan:
     def add_parameter(self, function: cst.FunctionDef, name: str) -> None:
         self._edits.new_parameters[function] = name
 
-    def change(self, line: int, text: str) -> None:
-        self._note(line, text)
+    def change(self, line: int, text: str, when: Callable[[], bool] | None = None) -> None:
+        """A note of a change at ``line``; ``when``: it is said only if this holds once the
+        plan is complete (what a later step does to the same object decides it)."""
+        self._note(line, text, when)
 
     def review(self, line: int, text: str) -> None:
         note = Note(line, text)

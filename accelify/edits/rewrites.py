@@ -22,6 +22,7 @@ from accelify.edits.node_rewrites import (
     Receiver,
     StateOf,
     Swap,
+    ThroughForward,
     WithKeyword,
     WithoutArgument,
     Wrapped,
@@ -140,6 +141,53 @@ def full_state(state: cst.Call, acc: str) -> Replace:
 def unwrap(model: cst.CSTNode, acc: str) -> Replace:
     """``model`` -> ``acc.unwrap_model(model)``: the model itself, not its DDP wrapper."""
     return Replace(model, Wrapped(f"{acc}.unwrap_model"))
+
+
+#: The function a conversion adds to a file whose training step calls a method of a prepared
+#: model (``loss = model.training_step(batch)``) that runs the model's forward (``self(x)``):
+#: DDP averages the gradients of the forward its wrapper runs, and of nothing else, so the method
+#: runs as the wrapper's forward (DDP's own advice; PyTorch Lightning routes its
+#: ``training_step`` the same way). On one process, and under a wrapper that is the model itself
+#: (FSDP2), the method is called as it was. Plain PyTorch: it runs on accelify's runtime and on
+#: Hugging Face Accelerate alike. A forward the model's instance already holds (mixed precision's
+#: autocast wrapper, which both runtimes set there at prepare) is put back before the method
+#: runs, so its ``self(x)`` runs under autocast as on one process, and stays for later calls.
+THROUGH_FORWARD = '''\
+def {name}(accelerator, model, method, /, *args, **kwargs):
+    """model.<method>(...) run as the forward of the prepared model: DDP averages the
+    gradients of the forward it runs itself, and of no other method (accelify convert)."""
+    inner = accelerator.unwrap_model(model)
+    if inner is model:
+        return getattr(model, method)(*args, **kwargs)
+    own = inner.__dict__.get("forward")  # mixed precision's autocast forward, if set
+
+    def put_back():
+        if own is None:
+            inner.__dict__.pop("forward", None)
+        else:
+            inner.forward = own
+
+    def forward(*args, **kwargs):
+        put_back()  # the method's own self(x) runs the model's forward
+        return getattr(inner, method)(*args, **kwargs)
+
+    inner.forward = forward
+    try:
+        return model(*args, **kwargs)
+    finally:
+        put_back()
+'''
+
+
+def through_forward(call: cst.Call, helper: str, acc: str) -> Replace:
+    """``model.training_step(batch)`` -> ``helper(acc, model, "training_step", batch)``: the
+    method runs as the prepared model's forward (`THROUGH_FORWARD`, defined as ``helper``)."""
+    return Replace(call, ThroughForward(helper, acc))
+
+
+def through_forward_helper(name: str) -> cst.BaseStatement:
+    """The definition of `THROUGH_FORWARD` under ``name``."""
+    return statement(THROUGH_FORWARD.format(name=name))
 
 
 def unwrap_module(attribute: cst.Attribute, acc: str) -> Replace:

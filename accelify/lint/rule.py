@@ -141,6 +141,40 @@ def accelerator_name(script: ScriptModel, node: cst.CSTNode) -> str:
     return module_level[0][1] if module_level else "accelerator"
 
 
+def accelerator_missing(script: ScriptModel, node: cst.CSTNode) -> str:
+    """What advice at ``node`` says when no Accelerator exists there (`accelerator_at` found
+    none: a teacher trained before the trainer that makes the accelerator): that one is to be
+    made above it, and where the file makes its own, so the advice never names an object the
+    line cannot reach. Empty where one exists there."""
+    if accelerator_at(script, node) is not None:
+        return ""
+    from accelify.analysis.facts import facts_of
+
+    function = facts_of(script).placement.enclosing_function(node)
+    if function is not None:
+        handing = [
+            (script.line(call), name)
+            for call, _ in facts_of(script).flow.calls_of(function)
+            if (name := accelerator_at(script, call)) is not None
+        ]
+        if handing:
+            line, name = min(handing)
+            return (
+                f"; {function.name.value}() has no Accelerator: add an `accelerator` parameter "
+                f"and have its callers hand it theirs (`{name}` at line {line})"
+            )
+    made = sorted(
+        {b.line for b in script.of_kind(Kind.ACCELERATOR) if not b.received},
+    )
+    later = f" (the file makes its Accelerator at line {made[0]}, which this line does not reach)"
+    return (
+        "; no Accelerator exists at this line"
+        + (later if made else "")
+        + ": make one above it (`accelerator = Accelerator()`) and pass what this code trains "
+        "to its prepare"
+    )
+
+
 def calls_accelerator(
     script: ScriptModel,
     node: cst.CSTNode,

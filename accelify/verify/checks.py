@@ -33,6 +33,15 @@ class CheckResult:
     output: str = ""  # the failing script's output, when it failed
 
 
+def numbered(checks: list[CheckResult]) -> list[CheckResult]:
+    """The checks that ran, titled ``check 1: ...``, ``check 2: ...`` in the order shown: which
+    checks run depends on the run (a run to the end reads no evaluation from the code), so a
+    check's number is its place in this report, never a fixed one that could leave a gap."""
+    for number, check in enumerate(checks, start=1):
+        check.title = f"check {number}: {check.title}"
+    return checks
+
+
 def close(a: float, b: float, atol: float) -> bool:
     if math.isnan(a) and math.isnan(b):
         return True
@@ -60,7 +69,7 @@ def check_equivalence(
 ) -> CheckResult:
     tolerance = "exact" if atol == 0 else f"within {atol:g}"
     result = CheckResult(
-        f"check 1: one process, original vs converted ({tolerance})",
+        f"one process, original vs converted ({tolerance})",
         False,
         "",
         ["step", "original loss", "converted loss", "params max |diff|", "verdict"],
@@ -166,7 +175,7 @@ def check_ranks(
     loops that cache what training reads back, no evaluation."""
     ranks = run.processes
     result = CheckResult(
-        f"check 2: {ranks} ranks, the converted script",
+        f"{ranks} ranks, the converted script",
         False,
         "",
         ["step", *(f"loss rank {r}" for r in range(ranks)), "params across ranks", "verdict"],
@@ -268,19 +277,19 @@ def _ungathered_evaluations(
     if not run.passes or not single.passes:
         return []
     problems = []
-    seen: dict[int, int] = {}
+    seen: dict[tuple[str, int], int] = {}
     reference = single.passes[0]
     for loader_pass in run.passes[0]:
-        occurrence = seen.get(loader_pass.line, 0)
-        seen[loader_pass.line] = occurrence + 1
-        same = [p for p in reference if p.line == loader_pass.line]
-        if occurrence >= len(same) or loader_pass.line in caches:
+        occurrence = seen.get(loader_pass.place, 0)
+        seen[loader_pass.place] = occurrence + 1
+        same = [p for p in reference if p.place == loader_pass.place]
+        if occurrence >= len(same) or loader_pass.place in {("", line) for line in caches}:
             continue
         whole = same[occurrence]
         sharded = 0 < loader_pass.batches < whole.batches
         if sharded and loader_pass.backward == 0 and loader_pass.collectives == 0:
             problems.append(
-                f"the evaluation loop at line {loader_pass.line} runs over {loader_pass.batches} "
+                f"the evaluation loop at {loader_pass.where} runs over {loader_pass.batches} "
                 f"of {whole.batches} batches on each rank and gathers nothing: what it computes "
                 "covers one rank's shard (gather predictions and labels with "
                 "accelerator.gather_for_metrics)"
@@ -290,7 +299,7 @@ def _ungathered_evaluations(
         whole_everywhere = run.processes > 1 and loader_pass.batches == whole.batches >= 2
         if whole_everywhere and loader_pass.backward == 0 and loader_pass.gathers > 0:
             problems.append(
-                f"the evaluation loop at line {loader_pass.line} runs over all "
+                f"the evaluation loop at {loader_pass.where} runs over all "
                 f"{loader_pass.batches} batches on every rank and gathers what it computes: "
                 f"the gather joins {run.processes} copies of every sample (counts and sums "
                 f"{run.processes} times too large); pass its DataLoader to accelerator.prepare"

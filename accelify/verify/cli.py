@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from accelify.errors import UserError
-from accelify.verify.checks import CheckResult, check_equivalence, check_ranks
+from accelify.verify.checks import CheckResult, check_equivalence, check_ranks, numbered
 from accelify.verify.evaluation_code import check_evaluation_code, training_cache_lines
 from accelify.verify.records import PROBE_FAILED
 from accelify.verify.report import nearest_changes, render_json, render_text
@@ -94,14 +94,17 @@ def run_verify(
             )
         finally:
             stop_all(runs)
-    evaluation_read = False
+    evaluation_read = ""  # "read", "blind" (no loop found), or "" (the runs evaluated)
     if steps != 0:  # the runs stopped early: the evaluation is checked from the code
-        evaluation = check_evaluation_code(converted_code, str(converted or original), steps)
+        evaluation = check_evaluation_code(
+            converted_code, str(converted or original), steps, (converted or original).resolve()
+        )
         checks.append(evaluation)
-        evaluation_read = bool(evaluation.rows)
+        evaluation_read = "read" if evaluation.rows else "blind"
     shared = check_shared_files_code(converted_code, str(converted or original))
     if shared is not None:
         checks.append(shared)
+    numbered(checks)
     passed = all(check.passed for check in checks)
     verdict = _verdict(passed, checks, processes, evaluation_read)
     if as_json:
@@ -126,6 +129,14 @@ def _convert(original: Path) -> str:
     from accelify.convert.conversion import convert_source
 
     conversion = convert_source(original.read_bytes(), original)
+    if conversion.skipped and "of another module" in conversion.skipped:
+        # converted alone it is left: the folder's conversion converts it with that module
+        raise UserError(
+            f"nothing to verify: {conversion.skipped}; convert a copy of its folder "
+            "(`accelify convert COPY --write`) and verify the two: "
+            f"`accelify verify {original} COPY/{original.name}`",
+            str(original),
+        )
     if conversion.skipped:
         raise UserError(f"nothing to verify: {conversion.skipped}", str(original))
     return conversion.converted.decode("utf-8")
@@ -190,14 +201,19 @@ def _lines_near_divergence(check: CheckResult) -> list[int]:
     return [line for line in (record.backward_line, record.step_line) if line is not None]
 
 
-def _verdict(passed: bool, checks: list[CheckResult], processes: int, evaluation_read: bool) -> str:
+def _verdict(passed: bool, checks: list[CheckResult], processes: int, evaluation_read: str) -> str:
     if passed:
         verdict = (
             f"verdict: PASS - the conversion trains like the original on 1 process and keeps "
             f"{processes} ranks in step"
         )
-        if evaluation_read:
+        if evaluation_read == "read":
             verdict += "; its evaluation was read from the code, not run (`--to-end` runs it)"
+        elif evaluation_read == "blind":
+            verdict += (
+                "; no evaluation was found in the code to read, and the runs stopped before "
+                "any (`--to-end` runs every evaluation)"
+            )
         return verdict
     failed = [check.title.split(":")[0] for check in checks if not check.passed]
     return "verdict: FAIL - " + "; ".join(failed)

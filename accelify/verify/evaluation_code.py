@@ -10,6 +10,8 @@ over a DataLoader never prepared that gathers joins one copy of the whole set pe
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accelify.errors import UserError
@@ -19,23 +21,89 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from accelify.analysis.facts import Facts
+    from accelify.analysis.script_model import ScriptModel
     from accelify.analysis.shared_loops import SharedLoopEvaluation
 
-TITLE = "check 3: evaluation, read from the converted code (the runs stopped after {steps} steps)"
+TITLE = "evaluation, read from the converted code (the runs stopped after {steps} steps)"
 
 
-def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
-    from accelify.analysis.facts import facts_of
+def check_evaluation_code(
+    code: str, label: str, steps: int, path: Path | None = None
+) -> CheckResult:
+    """``path``: where the converted script stands (the runs import the project modules beside
+    it); its imported modules are read too (`project_code`), each place in one named by the
+    module (``src/engine.py:80``). None: the script alone."""
     from accelify.analysis.script_model import analyze
-    from accelify.lint.registry import rule_by_code
     from accelify.source import parse
+    from accelify.verify.project_code import AnalysedModule, analysed_project
 
     result = CheckResult(TITLE.format(steps=steps), False, "", ["line", "loop", "verdict"])
     try:
-        script = analyze(parse(code.encode("utf-8"), label), code)
+        if path is None:
+            modules = [AnalysedModule("", analyze(parse(code.encode("utf-8"), label), code))]
+        else:
+            modules = analysed_project(code, path)
     except UserError as error:
         result.verdict = f"FAIL: the converted script does not parse: {error}"
         return result
+    found = _Found()
+    for module in modules:
+        _read_module(module.script, module.label, found, result)
+    others = [module.label for module in modules if module.label]
+    if not found.loops:
+        result.passed = True
+        result.verdict = (
+            "not read: no evaluation loop over a DataLoader found in the conversion"
+            + _and_modules(others)
+            + " (a blind spot, not a pass: a loop over a loader the analysis does not follow, "
+            "such as one made inside a dict, or in a module the script does not import, is "
+            "not read; `--to-end` runs every evaluation)"
+        )
+    elif found.every_rank and not found.one_shard:
+        result.verdict = (
+            f"FAIL: the evaluation loop at {found.every_rank[0]} reads a DataLoader "
+            "that is never prepared and combines what it computes over the ranks: every rank "
+            "brings the whole set, so the gather joins one copy of every sample per rank (pass "
+            "the loader to accelerator.prepare; `--to-end` runs the evaluation)"
+        )
+    elif found.one_shard:
+        result.verdict = (
+            f"FAIL: {found.one_shard[0]} accumulates a metric from this rank's shard "
+            "of the evaluation set and nothing gathers it: on N ranks it covers 1/N of the set "
+            "(gather predictions and labels with accelerator.gather_for_metrics; "
+            "`--to-end` runs the evaluation)"
+        )
+    else:
+        result.passed = True
+        result.verdict = (
+            f"pass: {_covered(result.rows, found.whole)} (read from the code, not run: "
+            "`--to-end` runs it)"
+        )
+    return result
+
+
+@dataclass
+class _Found:
+    """What the modules' evaluation loops were found to do, each place as a verdict names it
+    (``converted line 32``, ``src/engine.py:80``)."""
+
+    loops: int = 0
+    one_shard: list[str] = field(default_factory=list)
+    every_rank: list[str] = field(default_factory=list)
+    whole: list[str] = field(default_factory=list)  # rows' first cells
+
+
+def _read_module(script: ScriptModel, module: str, found: _Found, result: CheckResult) -> None:
+    """One module's evaluation loops, as rows of ``result`` and places in ``found``."""
+    from accelify.analysis.facts import facts_of
+    from accelify.lint.registry import rule_by_code
+
+    def cell(line: int) -> str:
+        return f"{module}:{line}" if module else str(line)
+
+    def place(line: int) -> str:
+        return f"line {line} of {module}" if module else f"converted line {line}"
+
     rule = rule_by_code("ACC403")
     assert rule is not None, "ACC403 is the rule this check runs"
     findings = list(rule.check(script)) if script.uses_accelerator else []
@@ -46,27 +114,24 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
     combined = {f.line for f in unprepared.check(script)} if script.uses_accelerator else set()
     facts = facts_of(script)
     loops = [evaluation.loop.node for evaluation in facts.evaluations]
-    one_shard: list[int] = []
-    every_rank: list[int] = []
-    whole: list[str] = []
     for evaluation in facts.evaluations:
         loop = evaluation.loop.node
         span = script.position(loop)
         first, last = span.start.line, span.end.line
-        found = [f.line for f in findings if first <= f.line <= last]
-        one_shard += found
+        at = [f.line for f in findings if first <= f.line <= last]
+        found.one_shard += [place(line) for line in at]
         header = script.module.code_for_node(loop).splitlines()[0].strip()
-        if found:
-            verdict = f"ONE SHARD at line {found[0]}"
+        if at:
+            verdict = f"ONE SHARD at line {at[0]}"
         elif first in combined:
-            every_rank.append(first)
+            found.every_rank.append(place(first))
             verdict = "WHOLE SET ON EVERY RANK"
         elif evaluation.already_gathered or facts.flow.over_prepared_loader(evaluation.loop):
             verdict = "gathered"
         else:  # nothing to gather: the loop reads a loader no prepare call shards
             verdict = "whole set: its loader is not prepared"
-            whole.append(str(first))
-        result.rows.append([str(first), header, verdict])
+            found.whole.append(cell(first))
+        result.rows.append([cell(first), header, verdict])
     for shared in _shared_loop_evaluations(facts, loops):
         # ``run_epoch(model, val_loader, ..., train=False)``: the loop that trains evaluates
         # this loader, as the conversion found it (one analysis, one answer)
@@ -74,40 +139,22 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
         header = f"{script.module.code_for_node(shared.call.func)}(..., {shared.loader}, ...)"
         loops.append(shared.loop.node)
         if shared.loader in script.prepared_names:
-            one_shard.append(first)
+            found.one_shard.append(place(first))
             verdict = f"ONE SHARD at line {first}"
         else:
             verdict = "whole set: its loader is not prepared"
-            whole.append(str(first))
-        result.rows.append([str(first), header, verdict])
-    if not loops:
-        result.passed = True
-        result.verdict = (
-            "pass: no evaluation loop over a DataLoader found in the conversion (a loader kept "
-            "where the analysis does not follow it, such as one made inside a dict, is not "
-            "read: `--to-end` runs every evaluation)"
-        )
-    elif every_rank and not one_shard:
-        result.verdict = (
-            f"FAIL: the evaluation loop at converted line {every_rank[0]} reads a DataLoader "
-            "that is never prepared and combines what it computes over the ranks: every rank "
-            "brings the whole set, so the gather joins one copy of every sample per rank (pass "
-            "the loader to accelerator.prepare; `--to-end` runs the evaluation)"
-        )
-    elif one_shard:
-        result.verdict = (
-            f"FAIL: converted line {one_shard[0]} accumulates a metric from this rank's shard "
-            "of the evaluation set and nothing gathers it: on N ranks it covers 1/N of the set "
-            "(gather predictions and labels with accelerator.gather_for_metrics; "
-            "`--to-end` runs the evaluation)"
-        )
-    else:
-        result.passed = True
-        result.verdict = (
-            f"pass: {_covered(result.rows, whole)} (read from the code, not run: `--to-end` "
-            "runs it)"
-        )
-    return result
+            found.whole.append(cell(first))
+        result.rows.append([cell(first), header, verdict])
+    found.loops += len(loops)
+
+
+def _and_modules(labels: list[str]) -> str:
+    """`` or the 2 project modules it imports (src/a.py, src/b.py)``; empty for none."""
+    if not labels:
+        return ""
+    shown = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+    modules = "project module" if len(labels) == 1 else f"{len(labels)} project modules"
+    return f" or the {modules} it imports ({shown})"
 
 
 def _shared_loop_evaluations(facts: Facts, loops: list[cst.CSTNode]) -> list[SharedLoopEvaluation]:
@@ -143,10 +190,14 @@ def _covered(rows: list[list[str]], whole: list[str]) -> str:
     return "; ".join(parts)
 
 
-def _loops(lines: list[str]) -> str:
-    if len(lines) > 1:
-        return f"loops at converted lines {', '.join(lines)}"
-    return f"loop at line {lines[0]}"
+def _loops(cells: list[str]) -> str:
+    """A row's first cells as places: ``12`` (the script's line), ``src/engine.py:80``."""
+    if all(":" not in cell for cell in cells):
+        if len(cells) > 1:
+            return f"loops at converted lines {', '.join(cells)}"
+        return f"loop at line {cells[0]}"
+    named = [cell if ":" in cell else f"converted line {cell}" for cell in cells]
+    return f"loop{'s' if len(cells) > 1 else ''} at {', '.join(named)}"
 
 
 def training_cache_lines(code: str, label: str) -> set[int]:

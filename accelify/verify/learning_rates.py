@@ -96,7 +96,7 @@ def _by_pass(
                 return ScheduleComparison(
                     compared,
                     f"the learning rate differs from the original's at the start of training "
-                    f"pass {number} (the loop over a loader at converted line {our_pass.line}): "
+                    f"pass {number} (the loop over a loader at {_converted(our_pass)}): "
                     f"{_name(order, a, b)} has {_rates(b.lrs)}{where}, the original "
                     f"{_rates(a.lrs)} on one process: {_advice(processes)}",
                 )
@@ -147,6 +147,11 @@ def _stepping_order(records: list[StepRecord]) -> dict[int, int]:
 
 def _by_order(loader_pass: LoaderPass, order: dict[int, int]) -> dict[int, OptimizerAtPass]:
     return {order[o.made]: o for o in loader_pass.optimizers if o.made in order}
+
+
+def _converted(loader_pass: LoaderPass) -> str:
+    """``converted line 12``, ``src/engine.py:58``: where a pass's loop is."""
+    return loader_pass.where if loader_pass.module else f"converted {loader_pass.where}"
 
 
 def _trace(records: list[StepRecord]) -> dict[int, list[tuple[float, ...]]]:

@@ -2,6 +2,9 @@
 counts its batches, and the backward calls and the script's own gathers and reductions from its
 start until the next pass starts. A pass with no backward is an evaluation; on N ranks over a
 sharded loader it must gather or reduce something, or whatever it computes covers one shard.
+A loop is the script's or one of its project's modules (``for x, y in loader:`` in
+``src/engine.py``, which the script imports): the innermost frame of the project's files is the
+one whose ``for`` line counts; a library's loops (torch's, accelify's runtime's) are not.
 Each pass also records every optimizer's learning rates as it starts: the schedule a
 conversion must keep (`learning_rates`).
 
@@ -53,15 +56,24 @@ class _CountingIterator:
         return getattr(self._inner, name)
 
 
+#: Where a pass is: the file (as its code object names it) and the line, or None outside the
+#: project's files.
+Place = tuple[str, int] | None
+
+
 class LoaderPasses:
     def __init__(
         self,
         script: str,
-        script_line: Callable[[], int | None],
+        place: Callable[[], Place],
         optimizers: Callable[[], list[dict[str, Any]]] = list,
+        label: Callable[[str], str] = lambda file: "",
     ) -> None:
+        """``place``: the project's innermost frame running now; ``label``: how a pass's file
+        is named in the records ("" for the script itself)."""
         self.script = script
-        self.script_line = script_line
+        self.place = place
+        self.label = label
         self.optimizers = optimizers
         self.backward = 0
         self.collectives = 0
@@ -74,7 +86,7 @@ class LoaderPasses:
         passes = self
 
         def __iter__(loader: Any) -> Any:
-            record = passes.start(passes.script_line())
+            record = passes.start(passes.place())
             iterator = loader_iter(loader)
             return iterator if record is None else _CountingIterator(iterator, record)
 
@@ -86,20 +98,21 @@ class LoaderPasses:
 
     def _counted(self, entry: Callable[..., Any], gathers: bool) -> Callable[..., Any]:
         def collective(*args: Any, **kwargs: Any) -> Any:
-            line = self.script_line()
-            if line is not None and not self._is_for_line(line):
+            place = self.place()
+            if place is not None and not self._is_for_line(place):
                 self.collectives += 1
                 self.gathers += gathers
             return entry(*args, **kwargs)
 
         return collective
 
-    def start(self, line: int | None) -> dict[str, Any] | None:
-        if line is None or not self._is_for_line(line):
+    def start(self, place: Place) -> dict[str, Any] | None:
+        if place is None or not self._is_for_line(place):
             return None  # ``next(iter(loader))`` peeks at a batch: not a pass
         self.close_last()
         self._open = {
-            "line": line,
+            "line": place[1],
+            "module": self.label(place[0]),
             "batches": 0,
             "backward": self.backward,
             "collectives": self.collectives,
@@ -121,5 +134,5 @@ class LoaderPasses:
         self.close_last()
         path.write_text(json.dumps(self.passes), encoding="utf-8")
 
-    def _is_for_line(self, line: int) -> bool:
-        return linecache.getline(self.script, line).lstrip().startswith(("for ", "async for "))
+    def _is_for_line(self, place: tuple[str, int]) -> bool:
+        return linecache.getline(*place).lstrip().startswith(("for ", "async for "))

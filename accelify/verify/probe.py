@@ -63,7 +63,12 @@ class Probe:
         )
         self.optimizers_seen = 0
         self.made = OptimizersMade(self._script_line)
-        self.passes = LoaderPasses(self.script, self._script_line, self.made.snapshot)
+        self.folder = project_folder(script)
+        self.passes = LoaderPasses(
+            self.script, self._project_place, self.made.snapshot, self._label
+        )
+        #: whether a file (as a code object names it) is one of the project's, by name
+        self._in_project: dict[str, bool] = {self.script: True}
         out.parent.mkdir(parents=True, exist_ok=True)
         self.stream = out.open("w", buffering=1, encoding="utf-8")
 
@@ -120,6 +125,74 @@ class Probe:
                 return frame.f_lineno
             frame = frame.f_back
         return None
+
+    def _project_place(self) -> tuple[str, int] | None:
+        """The file and line of the project that is running now: the innermost frame in the
+        script or in a module of its project (`in_project`)."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            inside = self._in_project.get(name)
+            if inside is None:
+                inside = self._in_project[name] = in_project(name, self.folder)
+            if inside:
+                return name, frame.f_lineno
+            frame = frame.f_back
+        return None
+
+    def _label(self, file: str) -> str:
+        if file == self.script:
+            return ""
+        try:
+            return str(Path(file).resolve().relative_to(self.folder))
+        except ValueError:
+            return file
+
+
+def project_folder(script: Path) -> Path:
+    """The folder of the project's modules: where the script's imports are found."""
+    return Path(os.environ.get(ENV_PATH) or script.parent).resolve()
+
+
+def in_project(file: str, folder: Path) -> bool:
+    """``file`` is a module of the project in ``folder``: under it, and no installed library's
+    (a virtual environment kept in the project's folder) nor accelify's own (its runtime runs
+    the prepared loaders' loops)."""
+    if not file.endswith(".py") or "site-packages" in file or "dist-packages" in file:
+        return False
+    try:
+        path = Path(file).resolve()
+    except (OSError, RuntimeError):
+        return False
+    if not path.is_relative_to(folder):
+        return False
+    own = Path(__file__).resolve().parents[1]  # accelify's package
+    runtime = _runtime_folder()
+    # an environment kept in the project's folder (``.venv/``), not one the project is in
+    environments = {
+        prefix
+        for prefix in (Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve())
+        if prefix.is_relative_to(folder) and prefix != folder
+    }
+    return not (
+        path.is_relative_to(own)
+        or (runtime is not None and path.is_relative_to(runtime))
+        or any(path.is_relative_to(prefix) for prefix in environments)
+    )
+
+
+@functools.cache
+def _runtime_folder() -> Path | None:
+    """Where accelify's runtime lives (an editable install maps it from another folder)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("accelify.runtime")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).resolve().parent
 
 
 def learning_rates(optimizer: torch.optim.Optimizer) -> list[float]:

@@ -51,6 +51,19 @@ class LoaderPass:
     collectives: int
     optimizers: tuple[OptimizerAtPass, ...] = ()
     gathers: int = 0  # of the collectives, those that join every rank's values (all_gather)
+    #: the module of the project the loop is in, relative to the script's folder
+    #: (``src/engine.py``); "" for the script itself
+    module: str = ""
+
+    @property
+    def place(self) -> tuple[str, int]:
+        """Which loop: its module and line (the same line of two modules is two loops)."""
+        return (self.module, self.line)
+
+    @property
+    def where(self) -> str:
+        """``line 12`` (of the converted script), ``src/engine.py:58``: for a verdict."""
+        return f"{self.module}:{self.line}" if self.module else f"line {self.line}"
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,7 @@ def read_passes(folder: Path, rank: int) -> list[LoaderPass]:
                 for o in item.get("optimizers", ())
             ),
             item.get("gathers", 0),
+            item.get("module", ""),
         )
         for item in raw
     ]

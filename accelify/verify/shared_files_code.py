@@ -14,7 +14,7 @@ from __future__ import annotations
 from accelify.errors import UserError
 from accelify.verify.checks import CheckResult
 
-TITLE = "check 4: files written on the main process and read by every rank, read from the code"
+TITLE = "files written on the main process and read by every rank, read from the code"
 
 
 def check_shared_files_code(code: str, label: str) -> CheckResult | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from accelify.analysis.base_inits import own_init, runs_init_of
 from accelify.analysis.objects import bound_arguments, methods_of
 from accelify.analysis.script_model import Scope
 from accelify.analysis.syntax import dotted, walk
@@ -20,6 +21,10 @@ from accelify.edits.plan import statement
 def run(ctx: Context, prepare_scope: Scope) -> None:
     handed_accelerator.thread(ctx)
     home = _home(ctx, prepare_scope)
+    skipping = _subclass_skipping_the_home(ctx, home)
+    if skipping is not None:
+        ctx.left_as_is = skipping
+        return
     create = f"{ctx.acc} = {ctx.constructor_code()}"
     if not ctx.acc.startswith("self.") and not isinstance(home, cst.Module):
         threading = _threading(ctx, home)
@@ -61,6 +66,39 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
         return
     ctx.plan.insert_before(anchor, *created, early=True)
     ctx.plan.change(ctx.line(anchor), f"created {create} before line {ctx.line(anchor)}")
+
+
+def _subclass_skipping_the_home(ctx: Context, home: Scope) -> tuple[int, str] | None:
+    """``class Small(Model)`` whose own ``__init__`` does not run ``Model.__init__``, where
+    ``self.accelerator`` would be created: a ``Small`` has none, and what it inherits from
+    ``Model`` (the ``train()`` that now prepares through it) fails with AttributeError at the
+    first step. The file stays as it is, with this line."""
+    if not ctx.acc.startswith("self.") or not isinstance(home, cst.FunctionDef):
+        return None
+    graph = ctx.facts.calls
+    owner = graph.owner(home)
+    if owner is None or home.name.value != "__init__":
+        return None
+    for cls in graph.subclasses(owner):
+        if runs_init_of(graph, cls, owner):
+            continue
+        init = own_init(cls)
+        where = cls if init is None else init
+        return ctx.line(where), skipped_init_review(
+            cls.name.value, owner.name.value, ctx.acc, "" if init is None else " (this line)"
+        )
+    return None
+
+
+def skipped_init_review(subclass: str, owner: str, acc: str, where: str) -> str:
+    """Why a class is left as it is when a subclass does not run its ``__init__``."""
+    return (
+        f"left as it is: {subclass}.__init__{where} does not run {owner}.__init__, where the "
+        f"conversion would create {acc}: a {subclass} would have none, and what it inherits "
+        f"from {owner} would fail with AttributeError at its first use of it; call "
+        f"super().__init__() in {subclass}.__init__, outside any condition ({owner}.__init__("
+        "self, ...) where another base comes first), then convert"
+    )
 
 
 def _per_iteration(ctx: Context, name: str, loop: cst.For) -> tuple[int, str]:

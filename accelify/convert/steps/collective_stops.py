@@ -18,6 +18,7 @@ import libcst as cst
 from libcst.metadata import CodePosition
 
 from accelify.analysis.own_stops import decided_on_own_shard
+from accelify.analysis.rank_dependence import SETTINGS_ROOTS
 from accelify.analysis.syntax import dotted, is_print_alone, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.collective_rewrites import collective_stop
@@ -62,6 +63,8 @@ def _told_of_a_per_process_condition(ctx: Context, loop: cst.While) -> None:
         return
     if ctx.facts.collective_reach.where_the_ranks_meet(loop) is None:
         return
+    if id(loop) in ctx.left_whole and _drawn_batches_only(ctx, loop):
+        return  # ``while batch is not None:`` over a loader left whole: the same on every rank
     ctx.review_at(
         loop,
         "this loop's condition reads a value each rank computed for itself: a rank that "
@@ -70,6 +73,24 @@ def _told_of_a_per_process_condition(ctx: Context, loop: cst.While) -> None:
         "is set, then `if accelerator.check_trigger(): break` in the loop), or reduce the value "
         "first (accelerator.reduce(..., 'mean'))",
     )
+
+
+def _drawn_batches_only(ctx: Context, loop: cst.While) -> bool:
+    """Every name the loop's test reads is only ever bound to ``next(...)`` in its function: a
+    batch drawn from the iterator of the loader the loop evaluates."""
+    read = {n.value for n in walk(loop.test) if isinstance(n, cst.Name)} - {"None"}
+    scope = ctx.facts.placement.enclosing_function(loop) or ctx.model.module
+    for name in read:
+        values = [
+            node.value
+            for node in walk(scope)
+            if isinstance(node, cst.Assign) and any(dotted(t.target) == name for t in node.targets)
+        ]
+        if not values or not all(
+            isinstance(v, cst.Call) and dotted(v.func) == "next" for v in values
+        ):
+            return False
+    return bool(read)
 
 
 def _told_of_a_per_process_case(ctx: Context, case: cst.MatchCase) -> None:
@@ -112,9 +133,22 @@ def _names_only(ctx: Context, test: cst.BaseExpression) -> bool:
     collective, which costs nothing when it is."""
     return not any(
         isinstance(node, (cst.Call, cst.Subscript))
-        or (isinstance(node, cst.Attribute) and not _constructor_setting(ctx, node))
+        or (
+            isinstance(node, cst.Attribute)
+            and not _constructor_setting(ctx, node)
+            and not _run_setting(ctx, node)
+        )
         for node in walk(test)
     )
+
+
+def _run_setting(ctx: Context, attribute: cst.Attribute) -> bool:
+    """``args.patience``: a field of the run's settings (`SETTINGS_ROOTS`: the command line
+    every rank parses alike) that nothing in the file stores into, so no rank holds its own."""
+    name = dotted(attribute)
+    if name is None or name.count(".") != 1 or name.split(".")[0] not in SETTINGS_ROOTS:
+        return False
+    return not ctx.model.index.assignments_to(name) and not _set_by_name(ctx, attribute.attr.value)
 
 
 def _constructor_setting(ctx: Context, attribute: cst.Attribute) -> bool:

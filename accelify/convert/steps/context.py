@@ -14,6 +14,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.agreed_values import AgreedValues
+from accelify.analysis.base_inits import runs_init_of
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.flow import SchedulerStep
@@ -117,11 +118,26 @@ class Context:
     prepared_anchors: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
     #: models no optimizer trains: not prepared, so their device moves stay.
     frozen: set[str] = field(default_factory=set)
+    #: those of them moved to the accelerator's device where they are made
+    #: (`devices._unmoved_untrained_models`): they no longer stay where the script places them.
+    moved_untrained: set[str] = field(default_factory=set)
     #: DataLoaders left out of prepare because their own sampler shards them by rank
     self_sharded: set[str] = field(default_factory=set)
     #: loaders prepared where they are handed to a trainer's method, by the caller's name, and
     #: the attributes a method that prepares the loaders it receives keeps them under.
     prepared_arguments: set[str] = field(default_factory=set)
+    #: each method that prepares the loaders it receives, with its class, those loaders and
+    #: the attributes it keeps them under (`received_lengths` reviews what reads their len()).
+    received_preparations: list[tuple[cst.ClassDef, cst.FunctionDef, list[str], dict[str, str]]] = (
+        field(default_factory=list)
+    )
+    #: of those, the loaders a caller rebinds prepared before a loop (``train_loader =
+    #: trainer.accelerator.prepare(train_loader)``), with each statement the prepare precedes:
+    #: a loop of that function that runs before it still reads the loader as made.
+    prepared_before: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
+    #: dicts of loaders prepared entry by entry, each with the statement it is prepared after
+    #: (`prepare._prepare_each_value`): a scheduler made below reads its loaders' shards
+    loader_dicts_prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
     #: Functions of the project's other modules that only write files, by the name calls use
     imported_writers: dict[str, str] = field(default_factory=dict)
     #: Functions of the project's other modules that run no backward and step no optimizer (an
@@ -142,6 +158,13 @@ class Context:
     #: Members that run a model's layers of the module classes the script builds from the
     #: project's other modules, with where each is defined (`project.imported_layer_members`)
     imported_layer_members: dict[str, str] = field(default_factory=dict)
+    #: models left out of prepare that the conversion moves to the device where they are made
+    #: (`devices._unmoved_untrained_models`): a tensor made on the CPU and handed to one would
+    #: meet its weights on another device
+    moved_models: set[str] = field(default_factory=set)
+    #: training-step calls of a prepared model's method that runs its forward
+    #: (``model.training_step(batch)``), each run as the wrapper's forward (`through_forward`)
+    through_forward: list[cst.Call] = field(default_factory=list)
     #: Imports of the standard library an edit needs (``from functools import cached_property``)
     extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.
@@ -197,7 +220,8 @@ class Context:
         constructor): nothing outside them that needs the accelerator is changed, and each
         such place is listed for review."""
         placement = self.facts.placement
-        classes = [owner, *(c for c in self.facts.calls.subclasses(owner) if _runs_base_init(c))]
+        graph = self.facts.calls
+        classes = [owner, *(c for c in graph.subclasses(owner) if runs_init_of(graph, c, owner))]
 
         def lines(node: cst.CSTNode) -> range:
             span = self.model.position(node)
@@ -314,11 +338,31 @@ class Context:
             {
                 o
                 for o, place in origins
-                if (o not in prepared or self._another_local(o, place))
+                if (
+                    o not in prepared
+                    or self._another_local(o, place)
+                    or self._read_before_its_prepare(o, loop)
+                )
                 and not self._received_prepared(o, prepared)
                 and not self._prepared_attribute_of_an_instance(o, place)
             },
             key=lambda o: o or "",
+        )
+
+    def _read_before_its_prepare(self, name: str | None, loop: Loop) -> bool:
+        """``for x, y in train_loader:`` that trains a teacher in ``main()`` before the
+        statement a ``train_loader = d.accelerator.prepare(train_loader)`` precedes: that loop
+        reads the loader as made. Only a loader nothing but such a rebinding prepares."""
+        tops = self.prepared_before.get(name or "")
+        if not tops or name in self.plan.prepared or name in self.model.prepared_names:
+            return False
+        placement = self.facts.placement
+        function = placement.enclosing_function(loop.node)
+        return all(
+            placement.enclosing_function(top) is function
+            and self.model.order(loop.node) < self.model.order(top)
+            and not placement.inside(loop.node, top)
+            for top in tops
         )
 
     def _another_local(self, name: str | None, place: cst.CSTNode, depth: int = 0) -> bool:
@@ -567,25 +611,6 @@ class Context:
         return True
 
 
-def _runs_base_init(cls: cst.ClassDef) -> bool:
-    """A subclass whose instances run the base class's constructor (no ``__init__`` of its own,
-    or one that calls ``super().__init__``): ``self.accelerator`` set there exists in it too."""
-    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
-    init = next(
-        (m for m in body if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None
-    )
-    if init is None:
-        return True
-    return any(
-        isinstance(n, cst.Call)
-        and isinstance(n.func, cst.Attribute)
-        and n.func.attr.value == "__init__"
-        and isinstance(n.func.value, cst.Call)
-        and dotted(n.func.value.func) == "super"
-        for n in walk(init)
-    )
-
-
 def star_imported_from_the_project(ctx: Context, name: str) -> bool:
     """``save_model``, ``progress(loader)``: a name that no import binds and the file does not
     define, in a file that star imports a module of the project (KGAT's ``from
@@ -612,6 +637,14 @@ _BUILTINS = frozenset(dir(builtins))
 
 
 def unwrap(ctx: Context, model: cst.BaseExpression, at: cst.CSTNode, text: str, **how) -> None:
-    """``model`` -> ``accelerator.unwrap_model(model)``."""
+    """``model`` -> ``accelerator.unwrap_model(model)``; outside the class that owns
+    ``self.accelerator``, through the instance the scope made (``engine.model[0]`` in the
+    driver that built ``engine``: ``engine.accelerator.unwrap_model(engine.model)[0]``)."""
+    acc = ctx.reachable_accelerator(at)
+    if acc is not None and acc != ctx.acc and acc.endswith(".accelerator"):
+        text = text.replace(ctx.a("unwrap_model"), f"{acc}.unwrap_model")
+        how = {**how, "anywhere": True}  # no accelerator of this scope is needed for it
+        ctx.plan.add(rewrites.unwrap(model, acc), line=ctx.line(at), text=text, **how)
+        return
     planned = ctx.plan.add(rewrites.unwrap(model, ctx.acc), line=ctx.line(at), text=text, **how)
     ctx.need(at, when=planned.in_effect)

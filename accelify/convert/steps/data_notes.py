@@ -16,7 +16,7 @@ from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.shard_totals import ShardTotal, list_mean
-from accelify.analysis.syntax import dotted, is_print_alone, target_names, walk
+from accelify.analysis.syntax import dotted, is_print_alone, rebound_targets, target_names, walk
 from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
 from accelify.convert.steps.host_inputs import cpu_only
@@ -1056,7 +1056,7 @@ def _batches_from_an_attribute_set_elsewhere(ctx: Context) -> tuple[cst.CSTNode,
         target.attr.value
         for node in walk(ctx.model.module)
         if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign))
-        for target in _assigned_targets(node)
+        for target in rebound_targets(node)
         if isinstance(target, cst.Attribute)
     }
     loops: list[cst.CSTNode] = [loop.node for loop in ctx.model.loops if loop.trains]
@@ -1105,19 +1105,6 @@ def _loop_around(ctx: Context, node: cst.CSTNode) -> cst.While | None:
             return parent
         parent = ctx.model.parent(parent)
     return None
-
-
-def _assigned_targets(node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[cst.BaseExpression]:
-    """The targets an assignment binds, unpacked (``self.a, self.b = ...``)."""
-    tops = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-    found: list[cst.BaseExpression] = []
-    while tops:
-        top = tops.pop()
-        if isinstance(top, (cst.Tuple, cst.List)):
-            tops.extend(element.value for element in top.elements)
-        else:
-            found.append(top)
-    return found
 
 
 def _no_loader_prepared(ctx: Context) -> bool:

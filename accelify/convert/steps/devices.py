@@ -26,6 +26,7 @@ from accelify.analysis.loss_sources import made_for
 from accelify.analysis.script_model import Binding, Kind, Loop, number_read
 from accelify.analysis.side_effects import calls_for_effect
 from accelify.analysis.syntax import (
+    all_params,
     attributes_in_targets,
     dotted,
     root_name,
@@ -33,7 +34,10 @@ from accelify.analysis.syntax import (
     walk,
 )
 from accelify.convert.steps.context import Context
-from accelify.convert.steps.untrained_inputs import fed_prepared_batches_in_a_loop
+from accelify.convert.steps.untrained_inputs import (
+    fed_prepared_batches_in_a_loop,
+    fed_prepared_batches_through_a_step,
+)
 from accelify.edits import rewrites
 from accelify.edits.kinds import InsertAfter
 from accelify.edits.node_rewrites import Swap
@@ -371,19 +375,52 @@ def _copies_of_unmoved_models(ctx: Context) -> None:
             continue
         if strip_moves(binding.value) is not binding.value or _moved_anywhere(ctx, name):
             continue
-        handed = handed_on_before_prepare(ctx, name, binding.statement)
+        handed, held_as = handed_on_before_prepare(ctx, name, binding.statement), name
+        if handed is None:
+            # ``self.ema = copy.deepcopy(student)`` beside ``self.student = student``: the
+            # copy is made of the same object under the parameter's name
+            held_as = _received_parameter(ctx, binding) or name
+            if held_as == name or _moved_anywhere(ctx, held_as):
+                continue
+            first = ctx.facts.placement.body_of(binding.scope)[0]  # held from the start
+            handed = handed_on_before_prepare(ctx, name, first, held_as=held_as)
         if handed is None:
             continue
         top = placement.top_statement(handed, binding.scope)
         if top is None:
             continue
-        ctx.plan.insert_before(top, statement(f"{name}.to({ctx.a('device')})"))
+        ctx.plan.insert_before(top, statement(f"{held_as}.to({ctx.a('device')})"))
         ctx.need(top)
         ctx.plan.change(
             ctx.line(handed),
-            f"{name} moved to {ctx.a('device')} before line {ctx.line(handed)} hands it on: "
+            f"{held_as} moved to {ctx.a('device')} before line {ctx.line(handed)} hands it on: "
             "the copy made there is on the device prepare puts the model on",
         )
+
+
+def _received_parameter(ctx: Context, binding: Binding) -> str | None:
+    """``student`` of ``self.student = student`` in a function that takes ``student`` and never
+    rebinds it: the parameter and the attribute hold one object throughout that function."""
+    function = binding.scope
+    if not binding.received or not isinstance(function, cst.FunctionDef):
+        return None
+    if not isinstance(binding.value, cst.Name):
+        return None
+    parameter = binding.value.value
+    if parameter not in {p.name.value for p in all_params(function.params)}:
+        return None
+    for node in walk(function.body):
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For)):
+            bound = target_names(node.target)
+        elif isinstance(node, (cst.AsName, cst.NamedExpr)):
+            bound = target_names(node.name if isinstance(node, cst.AsName) else node.target)
+        elif isinstance(node, (cst.Global, cst.Nonlocal, cst.Del)):
+            return None if parameter in {dotted(n) for n in walk(node)} else parameter
+        else:
+            continue
+        if parameter in bound:
+            return None
+    return parameter
 
 
 def _unmoved_untrained_models(ctx: Context) -> None:
@@ -404,14 +441,16 @@ def _unmoved_untrained_models(ctx: Context) -> None:
             continue
         if strip_moves(binding.value) is not binding.value or _moved_anywhere(ctx, name):
             continue
-        fed = (
-            _fed_prepared_batches(ctx, name, binding.scope, loaders) if loaders else None
-        ) or fed_prepared_batches_in_a_loop(ctx, binding)
+        fed = (_fed_prepared_batches(ctx, name, binding.scope, loaders) if loaders else None) or (
+            fed_prepared_batches_in_a_loop(ctx, binding)
+            or fed_prepared_batches_through_a_step(ctx, binding)
+        )
         if fed is None:
             continue
         # outside the class that owns ``self.accelerator``: through the instance the scope
         # made (``trainer.accelerator.device``) or the process state
         acc = ctx.accelerator_at(binding.statement)
+        ctx.moved_untrained.add(name)
         ctx.plan.add(
             InsertAfter(binding.statement, statement(f"{name}.to({acc}.device)")),
             line=binding.line,
@@ -420,6 +459,7 @@ def _unmoved_untrained_models(ctx: Context) -> None:
             "loader, which arrive on that device",
             anywhere=acc != ctx.acc,
         )
+        ctx.moved_models.add(name)
         if acc == ctx.acc:
             ctx.need(binding.statement)
 
@@ -476,15 +516,19 @@ def _moved_anywhere(ctx: Context, name: str) -> bool:
     )
 
 
-def handed_on_before_prepare(ctx: Context, name: str, statement: cst.CSTNode) -> cst.Call | None:
+def handed_on_before_prepare(
+    ctx: Context, name: str, statement: cst.CSTNode, held_as: str | None = None
+) -> cst.Call | None:
     """``ema = EMA(model)`` or ``copy.deepcopy(model)`` between the model's move and its
     prepare: what the call keeps is made from the model as it is there, and prepare moves only
     the model it is given. Without the move the copy stays on the CPU while the batches and the
     model go to the accelerator (a device mismatch on GPU); the move is kept, to this rank's
-    device, which is what prepare would do."""
+    device, which is what prepare would do. ``held_as``: another name of the same object
+    there (the parameter a constructor keeps as ``self.student``), looked for instead."""
     anchor = ctx.prepared_after.get(name)
     if anchor is None:
         return None
+    name = held_as or name
     scope = ctx.model.scope_of(statement)
     start, end = ctx.model.order(statement), ctx.model.order(anchor)
     # ``optimizer = build_optimizer(cfg, model)``: an optimizer keeps the model's parameters,
@@ -499,7 +543,26 @@ def handed_on_before_prepare(ctx: Context, name: str, statement: cst.CSTNode) ->
             ctx, call, name
         ):
             return call
+        if name.startswith("self.") and _copies_in_a_method(ctx, call, name):
+            return call
     return None
+
+
+def _copies_in_a_method(ctx: Context, call: cst.Call, name: str) -> bool:
+    """``self.ema = self.make_ema()`` whose body returns ``copy.deepcopy(self.model)``: a
+    method of the class called there hands ``self.model`` to a call of its own, so the copy is
+    made from the model as it is at that line (on the CPU, the EMA's update then mixes devices
+    on a GPU). One level: the method's own calls, not those of what it calls."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and dotted(func.value) == "self"):
+        return False
+    target = ctx.model.call_graph.callee(call)
+    if target is None:
+        return False
+    return any(
+        isinstance(inner, cst.Call) and any(dotted(a.value) == name for a in inner.args)
+        for inner in walk(target[0].body)
+    )
 
 
 def _rebinds(ctx: Context, call: cst.Call, name: str) -> bool:

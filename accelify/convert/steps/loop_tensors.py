@@ -483,6 +483,16 @@ def _model_on_the_device(ctx: Context, call: cst.Call) -> bool:
     return prepared_model_called(ctx, call) is not None and id(call) not in ctx.host_calls
 
 
+def _moved_model_called(ctx: Context, call: cst.Call) -> bool:
+    """``call`` runs a model left out of prepare that the conversion moves to the device where
+    it is made (a generator no optimizer trains, fed beside the batches): its weights are on
+    the device, so what it is handed must be there too (on a GPU: a device mismatch)."""
+    name = dotted(call.func)
+    return (
+        name is not None and name in ctx.moved_models and ctx.facts.flow.is_model_name(name, call)
+    )
+
+
 def _is_factory(node: cst.CSTNode) -> bool:
     """A torch factory with no ``device=`` (``torch.ones(n, 1)``), or a ``*_like`` of one
     (``torch.zeros_like(t)``: made where ``t`` is, on the CPU when `_like_on_the_device`
@@ -645,6 +655,8 @@ def _call_meets_the_device(
             return False
         if _model_on_the_device(ctx, call):
             return True
+    if models and _moved_model_called(ctx, call):
+        return True
     return any(
         argument is not carried and _reads_the_device(ctx, argument.value, on_device)
         for argument in call.args

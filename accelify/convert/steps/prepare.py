@@ -19,8 +19,14 @@ from accelify.analysis.dataflow import (
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
+from accelify.analysis.inline_evaluations import (
+    computes_without_grad,
+    drawn_evaluations,
+    runs_a_model_copy,
+)
 from accelify.analysis.loader_readers import loops_reading
 from accelify.analysis.loops import loop_source
+from accelify.analysis.model_setup import last_building_statement
 from accelify.analysis.objects import (
     attributes_kept,
     bound_arguments,
@@ -32,7 +38,7 @@ from accelify.analysis.objects import (
     returned_local,
 )
 from accelify.analysis.optimizer_models import entry_owners, parameter_owners, used_entry_aliases
-from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
+from accelify.analysis.scheduler_preparation import PROCESS_COUNT, per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
 from accelify.analysis.sharded_loaders import sharding_sampler
 from accelify.analysis.shared_loops import PhaseLoaders
@@ -49,7 +55,7 @@ from accelify.analysis.syntax import (
     walk,
 )
 from accelify.analysis.writing_helpers import BINDS, MUTATORS
-from accelify.convert.steps import handed_accelerator
+from accelify.convert.steps import handed_accelerator, received_lengths
 from accelify.convert.steps.context import Context, star_imported_from_the_project
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
 from accelify.edits.kinds import InsertBefore
@@ -162,11 +168,7 @@ def run(ctx: Context, scope: Scope) -> None:
                 f"inside {parts[name]}, not on its own",
             )
             continue
-        ctx.plan.change(
-            _binding_line(ctx, name, scope),
-            f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
-            "nothing to train); it stays where the script places it",
-        )
+        _note_untrained(ctx, name, scope)
     body = placement.body_of(scope)
     last_statement = body[max(created.values())] if created else None
     _keep_evaluated_loaders_whole(ctx, chosen, created, scope)
@@ -223,6 +225,17 @@ def run(ctx: Context, scope: Scope) -> None:
             _review_received_loaders(ctx, scope)
         else:
             _prepare_received_loaders(ctx, scope, set(chosen))
+            for name, length in received_lengths.left_out(ctx, chosen).items():
+                chosen.pop(name)
+                created.pop(name, None)
+                shown = ctx.model.module.code_for_node(length)
+                ctx.plan.change(
+                    _binding_line(ctx, name, scope),
+                    f"{name} is sized by {shown}, a loader the class prepares as it receives "
+                    "it (one rank's shard): left unprepared, so it steps once per optimizer "
+                    "step over the shard's batches, as on one process (prepared, it would "
+                    "step N times per call and end its schedule N times too soon)",
+                )
     if not chosen or last_statement is None:
         return
     kept = _left_out_schedulers_reading_loaders(ctx, scope, chosen)
@@ -230,6 +243,7 @@ def run(ctx: Context, scope: Scope) -> None:
         (anchor, sorted(names, key=lambda n: list(Kind).index(chosen[n])))
         for anchor, names in _groups(ctx, scope, chosen, created, kept)
     ]
+    _size_schedulers_in_all_ranks_steps(ctx, scope, chosen, groups)
     _review_schedulers_reading_prepared(ctx, scope, groups, kept)
     for anchor, names in groups:
         _insert_prepare(ctx, anchor, names)
@@ -269,11 +283,24 @@ def _keep_evaluated_loaders_whole(
             isinstance(n, cst.Call) and ctx.facts.flow.is_forward(n) for n in walk(inline[name])
         )
         where = "the forward inside it" if direct else "a function it calls runs the model"
+        calls = [n for n in walk(inline[name]) if isinstance(n, cst.Call)]
+        if any(runs_a_model_copy(ctx.facts, n) for n in calls):
+            where = "a copy of the model runs inside it"
+        elif not any(_runs_the_model(ctx, n) for n in calls):
+            where = "gradients off, its batches run through a model the conversion does not know"
         spelled = "map()" if isinstance(inline[name], cst.Call) else "a comprehension"
+        if isinstance(inline[name], (cst.For, cst.While)):
+            spelled = "a loop that draws its batches with next()"
+            ctx.left_whole.add(id(inline[name]))
+        fits = (
+            "the conversion gathers only in a for loop over the loader"
+            if isinstance(inline[name], (cst.For, cst.While))
+            else "no gather fits inside it"
+        )
         ctx.plan.review(
             ctx.line(inline[name]),
             f"{name} is evaluated in {spelled} ({where}): its totals "
-            "would cover one rank's shard, and no gather fits inside it; left unprepared, so "
+            f"would cover one rank's shard, and {fits}; left unprepared, so "
             "every rank evaluates all of it (correct, not sharded); write it as a for loop to "
             "shard it and gather the predictions",
         )
@@ -799,6 +826,86 @@ def _left_out_schedulers_reading_loaders(
     return found
 
 
+def _size_schedulers_in_all_ranks_steps(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], groups: list[tuple[cst.CSTNode, list[str]]]
+) -> None:
+    """Schedulers to be prepared that are made after the prepare of a loader whose length they
+    read (a warm-up pass over ``loaders["train"]`` before ``OneCycleLR(opt, total_steps=2 *
+    len(loaders["train"]))``): that length is one rank's shard (N times fewer batches) while a
+    prepared scheduler steps num_processes times at each call, so the schedule would end N
+    times too soon (ACC415). Its own ``len(...)`` becomes ``len(...) *
+    accelerator.num_processes`` (diffusers' sizing): all ranks' steps, as the prepared
+    scheduler counts them. A sizing that reads such a loader otherwise (through a name bound
+    earlier, a ``len()`` not of the loader itself) gets a review line instead."""
+    placement = ctx.facts.placement
+    body = placement.body_of(scope)
+    early: dict[str, int] = {
+        name: placement.index(anchor, scope)
+        for anchor, names in groups
+        for name in names
+        if chosen[name] is Kind.DATALOADER
+    }
+    for name, anchor in ctx.loader_dicts_prepared_after.items():
+        top = placement.top_statement(anchor, scope)
+        if top is not None:
+            early[name] = placement.index(top, scope)
+    for binding in ctx.model.of_kind(Kind.SCHEDULER):
+        if binding.scope is not scope or chosen.get(binding.name) is not Kind.SCHEDULER:
+            continue
+        top = placement.top_statement(binding.statement, scope)
+        if top is None or binding.value is None:
+            continue
+        index = placement.index(top, scope)
+        before = {n for n, at in early.items() if at < index}
+        read = _read_through(ctx, body[:index], binding.value) & before
+        if not read or PROCESS_COUNT.search(ctx.code(binding.value)):
+            continue
+        shown = ", ".join(sorted(read))
+        lengths = _lengths_of(binding.value, read)
+        if (
+            not lengths
+            or (_read_through(ctx, body[:index], binding.value) - _names_read(ctx, binding.value))
+            & read
+        ):
+            ctx.plan.review(
+                binding.line,
+                f"{binding.name} is sized from {shown}, prepared before it is made (its loaders "
+                "are used first): if its sizes count batches, they count one rank's shard (N "
+                "times fewer) while a prepared scheduler steps N times per call, so the "
+                "schedule ends N times too soon; multiply those counts by "
+                f"{ctx.a('num_processes')}, or compute them from the loaders before they are "
+                "prepared",
+            )
+            continue
+        factor = ctx.a("num_processes")
+        for length in lengths:
+            code = f"({ctx.code(length)} * {factor})"
+            ctx.plan.replace(
+                length,
+                lambda _node, code=code: cst.parse_expression(code),
+                binding.line,
+                f"{ctx.code(length)} -> {code}: {binding.name} is made after {shown} is "
+                "prepared (used before it is made), so the length is one rank's shard, and a "
+                "prepared scheduler steps num_processes times per call: sized in all ranks' "
+                "steps, its schedule is the original's",
+                anywhere=True,
+            )
+
+
+def _lengths_of(value: cst.CSTNode, loaders: set[str]) -> list[cst.Call]:
+    """The ``len(loader)`` calls (``len(loaders["train"])`` of a dict of them) under ``value``
+    of one of ``loaders``."""
+    found = []
+    for node in walk(value):
+        if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
+            argument = node.args[0].value
+            if isinstance(argument, cst.Subscript):
+                argument = argument.value
+            if isinstance(argument, cst.Name) and argument.value in loaders:
+                found.append(node)
+    return found
+
+
 def _read_through(ctx: Context, earlier: list[cst.CSTNode], value: cst.CSTNode) -> set[str]:
     """The names ``value`` reads, and those read by the statements of ``earlier`` that bind
     them (latest first)."""
@@ -1046,12 +1153,63 @@ def _drop_untrained_conditional(
     untrained = set(_untrained_models(ctx, scope, pool, {})) & models
     for name in sorted(untrained):
         ctx.frozen.add(name)
-        ctx.plan.change(
-            _binding_line(ctx, name, scope),
-            f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
-            "nothing to train); it stays where the script places it",
-        )
+        _note_untrained(ctx, name, scope)
     return [b for b in conditional if b.name not in untrained]
+
+
+def _note_untrained(ctx: Context, name: str, scope: Scope) -> None:
+    """The summary's line for ``name``, left out of prepare: trained by no optimizer of the
+    scope (a teacher a caller trained before handing it in is said to be), and where it
+    stays: where the script places it, unless the device step moves it beside the batches
+    (which says so on its own line)."""
+    line = _binding_line(ctx, name, scope)
+    trained = _trained_before_handed_in(ctx, name, scope)
+    if trained is None:
+        said = f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
+    else:
+        handed, optimizer = trained
+        owner = ctx.facts.placement.class_of(scope)
+        here = f"{owner.name.value}" if owner is not None else f"{scope.name.value}()"  # type: ignore[union-attr]
+        said = (
+            f"{name} is trained by no optimizer of {here} (the {dotted(handed.value)} line "
+            f"{ctx.line(handed)} hands in is trained before, by {optimizer.name} of line "
+            f"{optimizer.line}): not prepared here (DDP refuses a model with "
+        )
+    ctx.plan.change(line, said + "nothing to train)", when=lambda: name in ctx.moved_untrained)
+    ctx.plan.change(
+        line,
+        said + "nothing to train); it stays where the script places it",
+        when=lambda: name not in ctx.moved_untrained,
+    )
+
+
+def _trained_before_handed_in(
+    ctx: Context, name: str, scope: Scope
+) -> tuple[cst.Arg, Binding] | None:
+    """``self.teacher = teacher`` of a constructor that ``Distiller(teacher, student)`` calls
+    after ``topt = Adam(teacher.parameters())`` trained ``teacher`` in the caller: the
+    argument handed in and that optimizer, at the first such call."""
+    if not isinstance(scope, cst.FunctionDef):
+        return None
+    received = [b for b in ctx.model.of_kind(Kind.MODEL) if b.name == name and b.scope is scope]
+    parameters = {received_name(scope, b.value) for b in received if b.received} - {None}
+    if not parameters:
+        return None
+    optimizers = ctx.model.of_kind(Kind.OPTIMIZER)
+    for call, implicit in ctx.facts.flow.calls_of(scope):
+        caller = ctx.model.scope_of(call)
+        for parameter, argument in bound_arguments(scope, call, implicit):
+            handed = dotted(argument.value)
+            if parameter not in parameters or handed is None:
+                continue
+            for optimizer in optimizers:
+                if (
+                    optimizer.scope is caller
+                    and ctx.model.order(optimizer.statement) < ctx.model.order(call)
+                    and handed in parameter_owners(optimizer)
+                ):
+                    return argument, optimizer
+    return None
 
 
 def _tensor_list(optimizer: Binding, models: set[str]) -> bool:
@@ -1376,14 +1534,16 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
         _keep_evaluated_loaders_whole(ctx, alone, {})
         if name not in alone:
             return
-    ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
-    ctx.need(binding.statement)
+    anchor = binding.statement
+    if binding.kind is Kind.MODEL:  # after its new head and frozen backbone, not before them
+        anchor = last_building_statement(ctx.model, binding.statement, name)
+    ctx.plan.insert_after(anchor, statement(f"{name} = {ctx.a('prepare')}({name})"))
+    ctx.need(anchor)
     ctx.plan.prepared.append(name)
-    ctx.prepared_after[name] = binding.statement
-    ctx.prepared_anchors.setdefault(name, []).append(binding.statement)
-    ctx.plan.change(
-        binding.line, f"{name} is created under a condition: prepared where it is created"
-    )
+    ctx.prepared_after[name] = anchor
+    ctx.prepared_anchors.setdefault(name, []).append(anchor)
+    where = "where it is created" if anchor is binding.statement else "once it is built"
+    ctx.plan.change(binding.line, f"{name} is created under a condition: prepared {where}")
     if binding.kind in (Kind.MODEL, Kind.OPTIMIZER):
         ctx.plan.review(
             binding.line,
@@ -1461,6 +1621,7 @@ def _prepare_each_value(ctx: Context, binding: Binding) -> None:
         code = f"{name} = {{\n    {comprehension}\n}}"
     sized = _schedulers_sized_by_the_dict(ctx, binding)
     anchor = sized[0] if sized else binding.statement
+    ctx.loader_dicts_prepared_after[name] = anchor
     ctx.plan.insert_after(anchor, statement(code))
     ctx.need(anchor)
     ctx.plan.prepared.append(name)
@@ -1486,7 +1647,8 @@ def _schedulers_sized_by_the_dict(
     them one rank's length and the schedule would end N times too soon. The top statement of
     the last of them and their names, when the dict is read in between only by ``len()`` (so
     its loaders can be prepared after them); None when there is none or the dict is used
-    (iterated, handed on) before them: a review line says so then."""
+    (iterated, handed on) before them: those schedulers then read its prepared loaders
+    (`_size_schedulers_in_all_ranks_steps`)."""
     placement, model = ctx.facts.placement, ctx.model
     scope = binding.scope
     top = placement.top_statement(binding.statement, scope)
@@ -1515,14 +1677,6 @@ def _schedulers_sized_by_the_dict(
                 and read.value == binding.name
                 and not _only_its_length(model, read, line)
             ):
-                ctx.plan.review(
-                    binding.line,
-                    f"{', '.join(names)} is sized by {binding.name}, whose loaders are used "
-                    f"(line {ctx.line(read)}) before it is made: prepared where the dict is "
-                    "made, its loaders' length is one rank's shard (N times smaller) and the "
-                    "schedule ends N times too soon (a OneCycleLR raises past its total); "
-                    "compute the sizes from the loaders before they are prepared",
-                )
                 return None
     return body[last], names
 
@@ -1625,7 +1779,14 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         calls = [call for call, _ in flow.calls_of(method)]
         prepared = (set(ctx.plan.prepared) - received_here) | ctx.model.prepared_names | chosen
         outside = [c for c in calls if not ctx.facts.placement.inside(c, owner)]
-        if not loaders or not outside:
+        if not calls:
+            # constructed by another file of the folder only, once, outside any loop, handed
+            # a DataLoader it made there and never prepares (`convert.handed_loaders`)
+            handed = ctx.model.given_parameters.get(method, {})
+            loaders = [p for p in loaders if p in handed and not handed[p].prepared]
+        elif not outside:
+            continue
+        if not loaders:
             continue
         if len(outside) < len(calls):
             if all(_once_outside(ctx, call, owner) for call in outside):
@@ -1684,9 +1845,13 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         # gathered, their training loop needs no review line).
         kept = attributes_kept(ctx.model, method)
         ctx.prepared_arguments.update(kept[n] for n in unprepared if n in kept)
+        ctx.received_preparations.append((owner, method, list(unprepared), kept))
+        handed = ctx.model.given_parameters.get(method, {}) if not calls else {}
+        sites = sorted({handed[n].where for n in unprepared if n in handed})
         ctx.plan.change(
             ctx.line(method),
-            f"{method.name.value}() prepares the loaders it receives: {targets}",
+            f"{method.name.value}() prepares the loaders it receives: {targets}"
+            + (f" (handed by {', '.join(sites)})" if sites else ""),
         )
 
 
@@ -1765,6 +1930,7 @@ def _prepare_before_loops(
     _leave_evaluated_whole(ctx, method, at_call, by_caller=True)
     flow = ctx.facts.flow
     planned: dict[tuple[int, str], tuple[cst.CSTNode, list[str]]] = {}
+    dicts: dict[tuple[int, str], tuple[cst.CSTNode, list[Binding]]] = {}
     single: list[cst.Call] = []
     for call in calls:
         func = call.func
@@ -1781,6 +1947,15 @@ def _prepare_before_loops(
             value = argument.value
             if parameter not in at_call:
                 continue
+            held = _loader_dict_of_entry(ctx, value, call)
+            if held is not None:  # ``engine.train_one_epoch(loaders["train"], epoch)``
+                if assigns(top, held.name):
+                    return
+                if held.name not in ctx.prepared_arguments:
+                    found = dicts.setdefault((id(top), receiver), (top, []))[1]
+                    if held not in found:
+                        found.append(held)
+                continue
             if not isinstance(value, cst.Name) or assigns(top, value.value):
                 return
             if all(o in prepared for o in flow.origins(value.value, call, stop=prepared)):
@@ -1793,6 +1968,12 @@ def _prepare_before_loops(
         _prepare_before(
             ctx, top, receiver, names, f"hands {them} to {method.name.value}() on every pass"
         )
+    for (_, receiver), (top, held) in dicts.items():
+        for binding in held:
+            if binding.name in ctx.prepared_arguments or _dict_evaluated_unsure(ctx, binding):
+                continue
+            loop = f"hands its loaders to {method.name.value}() on every pass"
+            _prepare_dict_before(ctx, top, receiver, binding, loop)
     for call in single:
         earlier = {
             name
@@ -1817,6 +1998,61 @@ def _prepare_before(
         anywhere=True,
     )
     ctx.prepared_arguments.update(names)
+    for name in names:
+        ctx.prepared_before.setdefault(name, []).append(top)
+
+
+def _loader_dict_of_entry(
+    ctx: Context, value: cst.BaseExpression, call: cst.Call
+) -> Binding | None:
+    """The dict of DataLoaders whose entry ``value`` is (``loaders["train"]``, a string key of
+    a plain name): bound once in the function of ``call``, made there (or by a factory, of the
+    file or of another module of the project: `objects.is_loader_dict`), not under a branch
+    that may not run."""
+    if not (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Name)
+        and len(value.slice) == 1
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.SimpleString)
+    ):
+        return None
+    name = value.value.value
+    function = ctx.facts.placement.enclosing_function(call)
+    bound = [b for b in ctx.model.bindings if b.name == name and b.scope is function]
+    if len(bound) != 1 or len(ctx.model.index.assignments_to(name)) != 1:
+        return None
+    binding = bound[0]
+    if binding.received or _conditional(ctx, binding) or not is_loader_dict(ctx.model, binding):
+        return None
+    return binding
+
+
+def _prepare_dict_before(
+    ctx: Context, top: cst.CSTNode, holder: str, binding: Binding, loop: str
+) -> None:
+    """``loaders = {key: holder.accelerator.prepare(loader) for key, loader in
+    loaders.items()}`` inserted before the statement ``top`` (the outermost loop that hands
+    the dict's entries to the instance's methods): ``prepare`` hands a dict back untouched, so
+    each of its loaders is prepared, the dict kept; its loops, in the methods, read them
+    sharded (an evaluation there gathered)."""
+    name = binding.name
+    taken = names_in_scope(ctx.model, binding.scope)
+    key, loader = fresh("key", taken), fresh("loader", taken)
+    comprehension = (
+        f"{key}: {holder}.accelerator.prepare({loader}) for {key}, {loader} in {name}.items()"
+    )
+    indent = 4 * sum(isinstance(a, cst.IndentedBlock) for a in ctx.model.ancestors(top))
+    code = f"{name} = {{{comprehension}}}"
+    if indent + len(code) > 88:
+        code = f"{name} = {{\n    {comprehension}\n}}"
+    ctx.plan.add(
+        InsertBefore(top, statement(code)),
+        line=ctx.line(top),
+        text=f"each loader of {name} prepared once before the loop that {loop}",
+        anywhere=True,
+    )
+    ctx.prepared_arguments.add(name)
 
 
 def _prepare_step_driven_loaders(ctx: Context) -> None:
@@ -1838,8 +2074,8 @@ def _prepare_step_driven_loaders(ctx: Context) -> None:
         function = ctx.facts.placement.enclosing_function(loop.node)
         if instance is None or function is None:
             continue
-        trains = f"trains through {owner.name.value}.{step.name.value}() (read by that loop only)"
-        _prepare_loop_loaders_through(ctx, loop, instance, function, trains)
+        trains = f"trains through {owner.name.value}.{step.name.value}()"
+        _prepare_loop_loaders_through(ctx, loop, instance, function, trains, say_only=True)
 
 
 def _prepare_loaders_of_loops_training_an_instance(ctx: Context) -> None:
@@ -1868,11 +2104,18 @@ def _prepare_loaders_of_loops_training_an_instance(ctx: Context) -> None:
 
 
 def _prepare_loop_loaders_through(
-    ctx: Context, loop: Loop, instance: str, function: cst.FunctionDef, trains: str
+    ctx: Context,
+    loop: Loop,
+    instance: str,
+    function: cst.FunctionDef,
+    trains: str,
+    say_only: bool = False,
 ) -> None:
     """Prepare ``loop``'s unprepared DataLoaders through ``instance``'s accelerator, once,
     before the outermost loop around it: only loaders made in ``function`` and read there by
-    nothing but this loop, where ``instance`` is bound before that loop and not rebound in it."""
+    nothing but this loop (or by what runs before that outermost loop, which the prepare's
+    rebinding leaves the loader as made), where ``instance`` is bound before that loop and not
+    rebound in it. ``say_only``: the summary says that loop is the only reader."""
     top = _outermost_loop_of(ctx, loop.node, function)
     names = [
         name
@@ -1885,6 +2128,24 @@ def _prepare_loop_loaders_through(
         return
     if not all(_only_read_by(ctx, name, function, loop, top) for name in names):
         return
+    earlier = sorted(
+        {
+            ctx.line(node)
+            for name in names
+            for node in walk(function)
+            if isinstance(node, cst.Name)
+            and node.value == name
+            and not _binds_name(ctx, node)
+            and _read_before(ctx, node, function, top)
+        }
+    )
+    if earlier:  # ``for x, y in train_loader:`` training the teacher before it, as made
+        shown = ", ".join(map(str, earlier))
+        lines, reads = ("line", "reads") if len(earlier) == 1 else ("lines", "read")
+        trains += f" (read after it by that loop only; {lines} {shown}, before it, {reads} it"
+        trains += " as made)"
+    elif say_only:
+        trains += " (read by that loop only)"
     _prepare_before(ctx, top, instance, names, trains)
 
 
@@ -2155,7 +2416,10 @@ def _only_read_by(
     ctx: Context, name: str, function: cst.FunctionDef, loop: Loop, top: cst.CSTNode
 ) -> bool:
     """``name`` is a local of ``function`` made once by a DataLoader call before ``top``, not
-    rebound, and read nowhere in the function but as ``loop``'s iterable."""
+    rebound, and read nowhere in the function but as ``loop``'s iterable, or before ``top``
+    (a teacher trained on it first, in ``main()`` where no accelerator exists yet): the prepare
+    inserted before ``top`` rebinds the name there, so what runs before still reads the loader
+    as made. A read in a nested function or lambda may run at any time: it counts."""
     if "." in name:
         return False
     made = [b for b in ctx.model.bindings if b.name == name and b.scope is function]
@@ -2174,7 +2438,31 @@ def _only_read_by(
         for node in walk(function)
         if isinstance(node, cst.Name) and node.value == name and not _binds_name(ctx, node)
     ]
-    return all(ctx.facts.placement.inside(node, iterable) for node in reads) and bool(reads)
+    return bool(reads) and all(
+        ctx.facts.placement.inside(node, iterable) or _read_before(ctx, node, function, top)
+        for node in reads
+    )
+
+
+def _read_before(
+    ctx: Context, node: cst.CSTNode, function: cst.FunctionDef, top: cst.CSTNode
+) -> bool:
+    """``node`` is what a ``for`` loop of ``function`` iterates (``for x, y in train_loader:``,
+    ``enumerate(train_loader)``) and runs before ``top`` each time ``function`` runs: earlier in
+    its own body, not in a nested function, lambda or class (whose code may run later). Another
+    read (``n = len(train_loader)``) may keep a value the loop after ``top`` uses with the
+    shard (a sum over it divided by the whole length): it does not count."""
+    if ctx.model.order(node) >= ctx.model.order(top) or ctx.facts.placement.inside(node, top):
+        return False
+    iterated = False
+    for ancestor in ctx.model.ancestors(node):
+        if ancestor is function:
+            return iterated
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef, *_COMPREHENSIONS)):
+            return False
+        if isinstance(ancestor, cst.For) and ctx.facts.placement.inside(node, ancestor.iter):
+            iterated = True
+    return False
 
 
 def _binds_name(ctx: Context, node: cst.Name) -> bool:
@@ -2227,7 +2515,9 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
     comprehension reads and runs a model over, by the name it was made under (followed back
     through the helpers' parameters), with the comprehension. The model may run in a function
     of the file the comprehension calls (``[eval_step(x, y) for x, y in val_loader]``), one
-    that does not train."""
+    that does not train, or be one the analysis does not know, under ``torch.no_grad()`` (an
+    EMA copy). A loop that draws a loader's batches with ``next()`` and evaluates counts too
+    (`inline_evaluations`): it maps to that loop."""
     flow = ctx.facts.flow
     found: dict[str, cst.CSTNode] = {}
     for node in ctx.facts.placement.all_nodes():
@@ -2241,7 +2531,9 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
             continue
         if not isinstance(node, _COMPREHENSIONS):
             continue
-        if not any(isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(node)):
+        if not any(
+            isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(node)
+        ) and not computes_without_grad(ctx.facts, node):
             continue
         for_in: cst.CompFor | None = node.for_in
         while for_in is not None:
@@ -2251,6 +2543,10 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
                     if origin is not None:
                         found.setdefault(origin, node)
             for_in = for_in.inner_for_in
+    for loader, call, loop in drawn_evaluations(ctx.facts):
+        for origin in flow.origins(loader, call):
+            if origin is not None:
+                found.setdefault(origin, loop)
     return found
 
 
@@ -2262,7 +2558,9 @@ def _maps_the_model(ctx: Context, call: cst.Call) -> bool:
         return False
     mapped = call.args[0].value
     if isinstance(mapped, cst.Lambda):
-        return any(isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(mapped))
+        return any(
+            isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(mapped)
+        ) or computes_without_grad(ctx.facts, mapped)
     function = _function_named(ctx, mapped, call)
     if function is None:
         return False

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.batch_values import holds_the_batch
+from accelify.analysis.batch_values import holds_an_argument, holds_the_batch
 from accelify.analysis.dataflow import variables_in
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Binding
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
@@ -45,6 +46,59 @@ def fed_prepared_batches_in_a_loop(ctx: Context, binding: Binding) -> cst.Call |
                 for read in variables_in(ctx.model, argument.value)
             ):
                 return node
+    return None
+
+
+def fed_prepared_batches_through_a_step(ctx: Context, binding: Binding) -> cst.Call | None:
+    """The first call of ``binding``'s model in a step function that a loop over prepared
+    loaders hands its batch (``self.teacher(x)`` in ``Distiller.step(self, batch)`` after ``x, y
+    = batch``, called as ``d.step(batch)`` in ``for batch in train_loader:``), with what that
+    call hands it holding the batch; None where none does."""
+    name = binding.name
+    owner = _owner(ctx, binding)
+    if owner is None:
+        return None
+    prepared = set(ctx.plan.prepared)
+    graph = ctx.facts.calls
+    for loop, step in ctx.facts.step_driven_loops:
+        if not isinstance(loop.node, cst.For) or not ctx.facts.flow.reads_loader(loop):
+            continue
+        if ctx.unprepared_loaders(loop):
+            continue
+        implicit = 1 if graph.owner(step) is not None else 0
+        for call in walk(loop.node.body):
+            if not isinstance(call, cst.Call) or step not in graph.targets(call):
+                continue
+            fed = {
+                parameter
+                for parameter, argument in bound_arguments(step, call, implicit)
+                if any(
+                    holds_the_batch(ctx.model, loop, read, call, prepared)
+                    for read in variables_in(ctx.model, argument.value)
+                )
+            }
+            found = _model_call_on(ctx, step, name, owner, fed) if fed else None
+            if found is not None:
+                return found
+    return None
+
+
+def _model_call_on(
+    ctx: Context, step: cst.FunctionDef, name: str, owner: object, fed: set[str]
+) -> cst.Call | None:
+    """The first call of ``name`` in ``step`` handed what its ``fed`` parameters received."""
+    prepared = set(ctx.plan.prepared)
+    for node in walk(step.body):
+        if not isinstance(node, cst.Call) or dotted(node.func) != name:
+            continue
+        if _owner_of(ctx, name, node) != owner:
+            continue
+        if any(
+            holds_an_argument(ctx.model, step, fed, read, node, prepared)
+            for argument in node.args
+            for read in variables_in(ctx.model, argument.value)
+        ):
+            return node
     return None
 
 

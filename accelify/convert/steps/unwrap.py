@@ -12,13 +12,13 @@ from accelify.analysis.objects import bound_arguments, callee, methods_of
 from accelify.analysis.outside_forward import (
     defined_by_a_module_class,
     in_training_step,
-    layers_outside_forward,
 )
-from accelify.analysis.script_model import Kind
+from accelify.analysis.script_model import Kind, value_classifier
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
 from accelify.convert.steps.devices import never_prepared
 from accelify.convert.steps.saved_states import gather_or_review, saved_state
+from accelify.convert.steps.through_forward import outside_the_wrapper
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
 
@@ -398,6 +398,8 @@ def _attributes(ctx: Context) -> None:
         owner = attribute.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
+        if any(call.func is attribute for call in ctx.through_forward):
+            continue  # the method runs as the wrapper's forward (`through_forward`)
         if member in ("state_dict", "load_state_dict") and _unwrap_through_instance(
             ctx, owner, attribute
         ):
@@ -408,8 +410,12 @@ def _attributes(ctx: Context) -> None:
             dotted(owner), attribute
         ):
             continue
-        if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
+        if not ctx.after_prepare(attribute, dotted(owner)):
             continue
+        if _is_binding_target(ctx, attribute):
+            if not _set_on_the_wrapper(owner):
+                continue
+            _review_new_module(ctx, owner, attribute)
         state = saved_state(ctx, attribute) if member == "state_dict" else None
         if state is not None and gather_or_review(ctx, owner, state):
             continue  # ``accelerator.get_state_dict(model)``
@@ -556,15 +562,11 @@ def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
     is left as it is: the review lines that say why, one at each such call. Asked after
     ``prepare`` chose what it wraps: a frozen model is not wrapped, and may run its layers
     anywhere."""
-    found = layers_outside_forward(
-        ctx.model,
-        ctx.facts.placement,
-        ctx.facts.flow,
-        unprepared=ctx.frozen,
-        imported=ctx.imported_layer_members,
-    )
+    found = outside_the_wrapper(ctx)
     reviews = []
     for entry in found:
+        if entry.call in ctx.through_forward:
+            continue  # run as the wrapper's forward (`through_forward`)
         if entry.through is None:
             ran = f"{entry.what} runs the model's layers outside its forward during training"
         else:
@@ -582,6 +584,39 @@ def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
             )
         )
     return reviews
+
+
+def _set_on_the_wrapper(owner: cst.BaseExpression) -> bool:
+    """``model.batch_size = len(y)`` / ``model.hidden = ...`` / ``self.model.fc = nn.Linear(...)``
+    after prepare: set on the DDP wrapper, the attribute never reaches the model its forward
+    runs (an LSTM's hidden state kept from the last batch, a head that is never used), so the
+    write goes through ``unwrap_model`` as a read does. Not ``self.x = ...`` in the model's own
+    class (``self`` there is the model, never the wrapper)."""
+    return dotted(owner) != "self"
+
+
+def _review_new_module(ctx: Context, owner: cst.BaseExpression, attribute: cst.Attribute) -> None:
+    """``model.fc = nn.Linear(8, 2)`` after ``model`` is prepared (a head swapped for
+    fine-tuning): set through ``unwrap_model`` it reaches the model, but DDP registered the
+    parameters at prepare, so the new part's gradients are never averaged across ranks, and
+    the part it replaced, still registered, gets none: on 2 ranks the next backward stopped
+    with 'Expected to have finished reduction in the prior iteration'. Said in a review line
+    (the conversion does not move the prepare)."""
+    target = ctx.model.parent(attribute)
+    assign = ctx.model.parent(target) if isinstance(target, cst.AssignTarget) else None
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+        return
+    written = dotted(attribute)
+    if value_classifier(ctx.model)(assign.value, written or "") is not Kind.MODEL:
+        return
+    ctx.plan.review(
+        ctx.line(assign),
+        f"{written} is given a new module after {dotted(owner)} is prepared: the wrapper "
+        "registered the parameters at prepare, so the new module's gradients are never "
+        "averaged across ranks (and a replaced part that still needs a gradient stops DDP at "
+        "the next step: 'Expected to have finished reduction'); build it before the prepare, "
+        f"or prepare {dotted(owner)} (and its optimizer) again after it",
+    )
 
 
 def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:
