@@ -199,9 +199,9 @@ def launch(
 
     Each rank is forked from one process per machine that imported torch once, instead of
     importing it itself (about 2.5 CPU-seconds a rank); a rank starts fresh wherever a fork
-    could differ (a script that runs a statement before its `import torch`, -m, --no-python,
-    per-rank CUDA_VISIBLE_DEVICES or OMP_NUM_THREADS). ACCELIFY_FRESH_RANKS=1 starts every
-    rank fresh.
+    could differ (a script, or a -m module and its packages, that runs a statement before its
+    `import torch`, --no-python, per-rank CUDA_VISIBLE_DEVICES or OMP_NUM_THREADS).
+    ACCELIFY_FRESH_RANKS=1 starts every rank fresh.
 
     \b
     Examples:

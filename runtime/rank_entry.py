@@ -38,8 +38,11 @@ from typing import Any, NoReturn
 from accelify.runtime import collective_record, failure_record, rank_output
 
 
-def main(arguments: Sequence[str]) -> None:
-    """``SCRIPT ARGS...`` or ``-m MODULE ARGS...``, as torchrun passes them."""
+def main(arguments: Sequence[str], imports_exit_handlers: Sequence[tuple] = ()) -> None:
+    """``SCRIPT ARGS...`` or ``-m MODULE ARGS...``, as torchrun passes them.
+    ``imports_exit_handlers``: ``(function, args, kwargs)`` of the exit handlers registered as
+    torch was imported before this rank started (a rank forked from the launcher's template,
+    `accelify.runtime.launch.rank_template`)."""
     rank = int(os.environ.get("RANK", "0"))
     rank_output.write_whole_lines()  # lines the ranks print at once do not run together
     failure_record.install(rank, on_exception=collective_record.crashed, entry=_run.__code__)
@@ -49,6 +52,7 @@ def main(arguments: Sequence[str]) -> None:
     _record_os_exit(rank)
     # registered before the script's own handlers, so run after them all
     atexit.register(_after_the_scripts_exit_handlers)
+    _registered_again(imports_exit_handlers)
     _record_collectives_once_the_group_exists(rank)
     _after_import("torch", _freeze_what_torch_made)
     if arguments[:1] == ["-m"]:
@@ -73,6 +77,16 @@ def _after_the_scripts_exit_handlers() -> None:
     collective_record.collectives_over()
     if collective_record.failing():
         gc.freeze()
+
+
+def _registered_again(handlers: Sequence[tuple]) -> None:
+    """A fresh rank registers torch's exit handlers as its script imports torch, after the
+    entry's own, so they run before it; a forked rank had them before: registered again here,
+    in their order, after the entry's."""
+    for function, _, _ in handlers:
+        atexit.unregister(function)
+    for function, args, kwargs in handlers:
+        atexit.register(function, *args, **kwargs)
 
 
 def _freeze_what_torch_made(torch: ModuleType) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from accelify.runtime.launch import rank_start, rank_template
-from conftest import _descendants, _kill_group, assert_ok, launch, start
+from accelify.runtime.launch import forking, main_module, rank_start, rank_template
+from conftest import _descendants, _kill_group, assert_ok, launch, run_in_own_group, start
 
 #: Says, from each rank, whether it was forked (torch._dynamo is imported with torch by the
 #: template only: `import torch` alone does not import it) and what it draws and sees
@@ -162,14 +162,14 @@ def test_why_a_launch_starts_its_ranks_fresh(tmp_path: Path) -> None:
     assert rank_start.fresh_reason(str(first), False, False, {}) is None
     assert rank_start.fresh_reason(str(first), False, False, {"ACCELIFY_FRESH_RANKS": "0"}) is None
     assert rank_start.fresh_reason(str(first), False, False, {"ACCELIFY_FRESH_RANKS": "1"})
-    assert rank_start.fresh_reason(str(first), True, False, {}) == "--module"
+    assert rank_start.fresh_reason(str(first), True, False, {})  # no module of that name
     assert rank_start.fresh_reason(str(first), False, True, {}) == "--no-python"
     assert rank_start.fresh_reason(str(first), False, False, {"PYTHON_EXEC": "/bin/py"})
     for script in (late, third, dynamo, tmp_path / "missing.py"):
         assert rank_start.fresh_reason(str(script), False, False, {}), script
 
 
-def test_a_rank_whose_environment_differs_is_refused() -> None:
+def test_a_rank_whose_environment_differs_is_refused(tmp_path: Path) -> None:
     environment = {"PATH": "/bin", "OMP_NUM_THREADS": "4"}
     template = rank_template._Template(dict(environment), {}, [0, 1])
     agent = {  # what the agent sets per rank
@@ -179,7 +179,12 @@ def test_a_rank_whose_environment_differs_is_refused() -> None:
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_ERROR_FILE": "/tmp/x/error.json",
     }
-    request = {"env": {**environment, **agent}, "affinity": [0, 1]}
+    request = {
+        "env": {**environment, **agent},
+        "affinity": [0, 1],
+        "argv": ["train.py"],
+        "cwd": str(tmp_path),
+    }
     assert rank_template.refusal(request, template) is None
     for name, value in (("CUDA_VISIBLE_DEVICES", "1"), ("OMP_NUM_THREADS", "2")):
         refused = {**request, "env": {**request["env"], name: value}}
@@ -225,3 +230,221 @@ def test_a_client_that_cannot_reach_its_template_becomes_a_fresh_rank(tmp_path: 
     assert stdout.split(maxsplit=1)[0] == str(process.pid)
     assert "['-u', '-m', 'accelify.runtime.rank_entry']" in stdout
     assert f"['{script}', '--x']" in stdout
+
+
+#: What a ``-m`` module sees of how it was started, with whether it was forked
+MODULE_PROBE = textwrap.dedent(
+    '''
+    """A probe run as a module."""
+    import json
+    import os
+    import sys
+    import torch
+
+    forked = "torch._dynamo" in sys.modules
+    main = sys.modules["__main__"]
+    seen = {
+        "forked": forked,
+        "torch": torch.rand(1).item(),
+        "argv": sys.argv,
+        "path0": sys.path[0],
+        "spec": main.__spec__.name,
+        "origin": main.__spec__.origin,
+        "file": main.__file__,
+        "package": main.__package__,
+        "name": __name__,
+        "main_is_this": main.__dict__ is globals(),
+    }
+    print("PROBE " + json.dumps(seen), flush=True)
+    '''
+)
+#: How ``python -m`` starts it, whichever way the rank started
+AS_PYTHON_M = ("argv", "path0", "spec", "origin", "file", "package", "name", "main_is_this")
+
+
+def _module_project(folder: Path, init: str = '"""A package."""\n') -> Path:
+    package = folder / "tools"
+    package.mkdir()
+    (package / "__init__.py").write_text(init)
+    (package / "probe.py").write_text(MODULE_PROBE)
+    return folder
+
+
+@pytest.mark.distributed
+def test_a_module_rank_is_forked_and_started_as_python_m_starts_it(tmp_path: Path) -> None:
+    project = _module_project(tmp_path)
+    plain = run_in_own_group(
+        [sys.executable, "-m", "tools.probe", "--flag"], cwd=project, timeout=240
+    )
+    assert_ok(plain)
+    (expected,) = _probes(plain.stdout)
+    runs = {
+        "forked": launch("tools.probe", "--flag", flags=("-m",), cwd=project),
+        "fresh": launch(
+            "tools.probe", "--flag", flags=("-m",), cwd=project, env={rank_start.FRESH_RANKS: "1"}
+        ),
+    }
+    for how, result in runs.items():
+        assert_ok(result)
+        probes = _probes(result.stdout)
+        assert len(probes) == 2, result.stdout
+        assert all(probe["forked"] == (how == "forked") for probe in probes), (how, probes)
+        assert probes[0]["torch"] != probes[1]["torch"]
+        for probe in probes:
+            assert {key: probe[key] for key in AS_PYTHON_M} == {
+                key: expected[key] for key in AS_PYTHON_M
+            }, how
+    assert expected["argv"] == [str(project / "tools" / "probe.py"), "--flag"]
+    assert expected["path0"] == str(project)
+
+
+@pytest.mark.distributed
+def test_a_module_whose_package_runs_a_statement_before_torch_starts_fresh(
+    tmp_path: Path,
+) -> None:
+    project = _module_project(tmp_path, init='import os\nos.environ["MY_SETTING"] = "1"\n')
+    result = launch("tools.probe", flags=("-m",), cwd=project)
+    assert_ok(result)
+    probes = _probes(result.stdout)
+    assert len(probes) == 2 and not any(probe["forked"] for probe in probes), result.stdout
+    assert probes[0]["spec"] == "tools.probe"
+
+
+def test_why_a_module_rank_starts_fresh(tmp_path: Path) -> None:
+    """The files ``python -m`` runs, in order, are found without importing any of them, and
+    each may run nothing of its own before torch."""
+    (tmp_path / "inert").mkdir()
+    (tmp_path / "inert" / "__init__.py").write_text('"""Doc."""\nimport os\n')
+    (tmp_path / "inert" / "main.py").write_text("import sys\nimport torch\nprint(sys)\n")
+    (tmp_path / "inert" / "late.py").write_text("import os\nx = 1\nimport torch\n")
+    (tmp_path / "inert" / "third.py").write_text("import numpy, torch\n")
+    (tmp_path / "inert" / "dynamo.py").write_text("import torch\nTORCH_LOGS = 1\n")
+    (tmp_path / "torchy").mkdir()  # its __init__ imports torch first: the rest runs after it
+    (tmp_path / "torchy" / "__init__.py").write_text("import torch\nx = 1\n")
+    (tmp_path / "torchy" / "__main__.py").write_text("x = 2\n")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "__init__.py").write_text("x = 1\n")
+    (tmp_path / "runs" / "main.py").write_text("import torch\n")
+    (tmp_path / "moves").mkdir()
+    (tmp_path / "moves" / "__init__.py").write_text("import torch\n__path__.append('x')\n")
+    (tmp_path / "moves" / "main.py").write_text("import torch\n")
+    (tmp_path / "spaced").mkdir()  # a namespace package: no file of its own
+    (tmp_path / "spaced" / "main.py").write_text("import torch\n")
+    (tmp_path / "json.py").write_text("")  # the working directory's json, not the library's
+    (tmp_path / "shadowed.py").write_text("import json\nimport torch\n")
+    path, first = main_module.rank_path(["start", "/lib"], str(tmp_path), safe_path=False)
+    assert path == [str(tmp_path), "/lib"] and first == str(tmp_path)
+    assert main_module.rank_path(["/zip", "/lib"], str(tmp_path), safe_path=True) == (
+        ["/zip", "/lib"],
+        None,
+    )
+
+    def why(name: str, loaded: tuple[str, ...] = ()) -> str | None:
+        return main_module.fresh_reason(name, path, {"entry"}, first, loaded)
+
+    for name in ("inert.main", "torchy", "spaced.main"):
+        assert why(name) is None, name
+    for name in (
+        "inert",  # a package without __main__
+        "inert.late",
+        "inert.third",
+        "inert.dynamo",
+        "runs.main",
+        "moves.main",
+        "shadowed",
+        "missing.main",
+        "inert.main.x",
+        ".inert",
+    ):
+        assert why(name), name
+    assert why("inert.main", loaded=("inert",))  # its __init__ would not run in the fork
+    assert main_module.chain("torchy", path) == [
+        ("torchy", tmp_path / "torchy" / "__init__.py"),
+        ("torchy.__main__", tmp_path / "torchy" / "__main__.py"),
+    ]
+    assert main_module.entry_packages("a.b.c") == {"a", "a.b"}
+
+
+def test_the_template_decides_a_module_rank_with_the_ranks_own_path(tmp_path: Path) -> None:
+    _module_project(tmp_path)
+    template = rank_template._Template({}, {}, [0], start_path=["start", *sys.path[1:]])
+    request = {"env": {}, "affinity": [0], "cwd": str(tmp_path), "argv": ["-m", "tools.probe"]}
+    assert rank_template.refusal(request, template) is None
+    elsewhere = {**request, "cwd": str(tmp_path / "tools")}  # no `tools` package there
+    assert rank_template.refusal(elsewhere, template)
+    loaded = {**request, "argv": ["-m", "json.tool"]}  # the library's json runs statements
+    assert rank_template.refusal(loaded, template)
+
+
+def test_a_script_whose_folder_holds_a_module_torch_imports_is_refused(tmp_path: Path) -> None:
+    """A fresh rank imports torch with its script's folder first on its path: a module there
+    named as one torch imports would be imported in the library's place."""
+    (tmp_path / "train.py").write_text("import torch\n")
+    template = rank_template._Template(
+        {}, {}, [0], start_path=["/elsewhere"], imported_tops=frozenset({"sympy"})
+    )
+    request = {"env": {}, "affinity": [0], "cwd": str(tmp_path), "argv": ["train.py"]}
+    assert rank_template.refusal(request, template) is None
+    (tmp_path / "sympy").mkdir()
+    (tmp_path / "sympy" / "__init__.py").write_text("")
+    assert "sympy" in (rank_template.refusal(request, template) or "")
+
+
+def test_imports_are_taken_in_their_order(tmp_path: Path) -> None:
+    assert forking.opening(b"import os, torch\n", None) == forking.TORCH_FIRST
+    assert forking.opening(b"import numpy, torch\n", None) == forking.OWN_FIRST
+    assert forking.opening(b'"""Doc."""\nimport os\n', None) == forking.STANDARD_ONLY
+    assert forking.opening(b"", None) == forking.STANDARD_ONLY
+    (tmp_path / "torch.py").write_text("")
+    assert forking.opening(b"import torch\n", str(tmp_path)) == forking.OWN_FIRST
+
+
+def test_torchs_exit_handlers_run_before_the_entrys_as_in_a_fresh_rank() -> None:
+    """A forked rank had torch's exit handlers registered before its entry registered its own,
+    the last to run in a fresh rank: they are registered again after it."""
+    program = textwrap.dedent(
+        """
+        import atexit
+        from accelify.runtime import rank_entry
+
+        def torchs(word):
+            print(word, flush=True)
+
+        def entrys():
+            print("entry", flush=True)
+
+        atexit.register(torchs, "torch 1")  # as the template imported torch
+        atexit.register(torchs, word="torch 2")
+        atexit.register(entrys)  # the entry's own, registered first in a fresh rank
+        again = [(torchs, ("torch 1",), {}), (torchs, (), {"word": "torch 2"})]
+        rank_entry._registered_again(again)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split("\n")[:3] == ["torch 2", "torch 1", "entry"]
+
+
+def test_the_template_records_the_exit_handlers_and_generators_its_imports_made() -> None:
+    program = textwrap.dedent(
+        """
+        import random, sys
+        from accelify.runtime.launch import forking
+
+        forking.share_what_every_run_loads()
+        names = [getattr(f, "__qualname__", "") for f, _, _ in forking.IMPORTS_EXIT_HANDLERS]
+        print("weakref" if "finalize._exitfunc" in names else "no weakref")
+        dummy = sys.modules["sympy"].Dummy._prng  # a class's, not a module's
+        state = dummy.getstate()
+        forking.seed_again()
+        print("seeded" if dummy.getstate() != state else "same")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.split() == ["weakref", "seeded"]

@@ -9,12 +9,14 @@ and stands for it (its exit code, its signals, its streams): restarts, failure r
 hang watch and every report see one process per rank, as before.
 
 Fresh ranks, as before, whenever a fork could differ from a fresh start:
-``ACCELIFY_FRESH_RANKS=1``; not Linux; ``--no-python`` and ``--module`` runs; a script that runs
-a statement of its own before it imports torch (it may set a variable torch reads as it starts)
-or that names a variable torch._dynamo reads as it is imported; ``PYTHON_EXEC`` set (torchrun
-then runs another Python). Each rank is also started fresh when its environment differs from
-the template's in a variable the agent does not set per rank (``CUDA_VISIBLE_DEVICES`` or
-``OMP_NUM_THREADS`` per rank), or its CPU affinity differs (`rank_template.refusal`).
+``ACCELIFY_FRESH_RANKS=1``; not Linux; ``--no-python`` runs; a script that runs a statement of
+its own before it imports torch (it may set a variable torch reads as it starts) or that names a
+variable torch._dynamo reads as it is imported; a ``-m`` module whose files, as ``python -m``
+runs them, do (`main_module`); ``PYTHON_EXEC`` set (torchrun then runs another Python). Each
+rank is also started fresh when its environment differs from the template's in a variable the
+agent does not set per rank (``CUDA_VISIBLE_DEVICES`` or ``OMP_NUM_THREADS`` per rank), its CPU
+affinity differs, its script's folder holds a module named as one torch imports, or its ``-m``
+module is found elsewhere on its own path (`rank_template.refusal`).
 """
 
 from __future__ import annotations
@@ -28,16 +30,16 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from accelify.runtime.launch import forking
+from accelify.runtime.launch import forking, main_module
 
 #: Set to 1 to start every rank fresh (no template)
 FRESH_RANKS = "ACCELIFY_FRESH_RANKS"
 TEMPLATE = "accelify.runtime.launch.rank_template"
+#: The module a fresh rank starts with (torchrun's ``--module``)
+RANK_ENTRY = "accelify.runtime.rank_entry"
+#: The packages a fresh rank has imported with its entry before it looks a ``-m`` module up
+ENTRY_PACKAGES = main_module.entry_packages(RANK_ENTRY)
 CLIENT = Path(__file__).with_name("rank_client.py")
-#: Names of variables torch._dynamo (and torch._inductor's config) read as they are imported:
-#: a script that names one may set it after importing torch, before its first optimizer
-#: imports torch._dynamo, and the template imported it already
-READ_AT_DYNAMO_IMPORT = ("TORCHDYNAMO", "TORCHINDUCTOR", "TORCH_COMPILE", "TORCH_LOGS")
 #: How long the launcher waits for the template to end after the last rank
 CLOSE_WAIT = 30
 
@@ -50,20 +52,23 @@ def fresh_reason(
         return f"{FRESH_RANKS}={environ[FRESH_RANKS]}"
     if not sys.platform.startswith("linux"):
         return "not Linux"
-    if no_python or module:
-        return "--no-python" if no_python else "--module"
+    if no_python:
+        return "--no-python"
     if environ.get("PYTHON_EXEC"):
         return "PYTHON_EXEC is set"
+    if module:
+        path, first = main_module.launcher_path(environ)
+        return main_module.fresh_reason(script, path, ENTRY_PACKAGES, first)
     path = Path(script)
     if not forking.imports_torch_first(path):
         return f"{script} runs a statement of its own before it imports torch"
     try:
-        source = path.read_text(encoding="utf-8", errors="replace")
+        source = path.read_bytes()
     except OSError:
         return f"cannot read {script}"
-    named = [name for name in READ_AT_DYNAMO_IMPORT if name in source]
-    if named:
-        return f"{script} names {named[0]}*, read as torch._dynamo is imported"
+    named = forking.dynamo_variable_named(source)
+    if named is not None:
+        return f"{script} names {named}*, read as torch._dynamo is imported"
     return None
 
 

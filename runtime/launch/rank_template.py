@@ -10,7 +10,9 @@ standard streams, and this process forks the rank, set up as the command torchru
 A rank is refused (the client then starts it fresh) when its start could differ from a fresh
 one's: an environment that differs from this process's start in any variable but the ones the
 agent sets per rank and nothing reads as Python or torch start (`PER_RANK`), another CPU
-affinity, or a Python thread running here. CUDA is never initialised here (torch's import does
+affinity, a Python thread running here, a script whose folder holds a module named as one torch
+imported here (the rank would import it with that folder first), or a ``-m`` module whose files,
+found on the rank's own path, run a statement before torch (`main_module.fresh_reason`). CUDA is never initialised here (torch's import does
 not, nor does torch._dynamo's), so a rank may start it. A fork shares this process's hash seed
 (``PYTHONHASHSEED``), as any fixed one; the random generators a fresh process seeds from the
 system's entropy are seeded again in each rank (`forking.seed_again`).
@@ -33,7 +35,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from accelify.runtime.launch import forking
+from accelify.runtime.launch import forking, main_module, rank_start
 
 #: Variables the elastic agent sets per rank; none is read as Python or torch start
 PER_RANK = frozenset(
@@ -66,26 +68,47 @@ class _Template:
     imported_changes: dict[str, str | None]
     affinity: list[int]
     running: dict[int, socket.socket] = field(default_factory=dict)
+    #: ``sys.path`` and the working directory as this process started (``python -m``, as a
+    #: fresh rank's start): a ``-m`` rank's module is looked up on that path
+    start_path: list[str] = field(default_factory=lambda: list(sys.path))
+    start_cwd: str = field(default_factory=os.getcwd)
+    #: the top-level names of what importing torch and torch._dynamo imported: a fresh rank
+    #: imports them with its script's folder first on its path, this process with its own
+    imported_tops: frozenset[str] = frozenset()
+    #: why a ``-m`` module's rank must start fresh, by module and working directory
+    module_reasons: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
 
 def main() -> None:
     listener = socket.socket(fileno=int(sys.argv[1]))
     start_environment = dict(os.environ)
     affinity = sorted(os.sched_getaffinity(0))
+    start_path, start_cwd = list(sys.path), os.getcwd()
     import accelify.runtime.rank_entry  # noqa: F401  (and torch, below)
 
+    before = set(sys.modules)
     forking.share_what_every_run_loads()
+    imported_tops = frozenset(name.partition(".")[0] for name in set(sys.modules) - before)
     changes = {
         name: os.environ.get(name)
         for name in {*start_environment, *os.environ}
         if os.environ.get(name) != start_environment.get(name)
     }
-    template = _Template(start_environment, changes, affinity)
+    template = _Template(
+        start_environment,
+        changes,
+        affinity,
+        start_path=start_path,
+        start_cwd=start_cwd,
+        imported_tops=imported_tops,
+    )
     request = _serve(listener, template)  # returns only in a forked rank
     _become_the_rank(request, template)
     from accelify.runtime import rank_entry
 
-    rank_entry.main(request["argv"])
+    # torch's exit handlers, registered here as torch was imported, run before the entry's own
+    # as in a fresh rank, whose script imports torch after the entry has registered it
+    rank_entry.main(request["argv"], forking.IMPORTS_EXIT_HANDLERS)
 
 
 def refusal(request: dict, template: _Template) -> str | None:
@@ -104,6 +127,29 @@ def refusal(request: dict, template: _Template) -> str | None:
         return "its CPU affinity differs"
     if threading.active_count() != 1:
         return "a thread is running in the template"
+    argv, cwd = request["argv"], request["cwd"]
+    if argv[:1] == ["-m"] and len(argv) > 1:
+        key = (argv[1], cwd)
+        if key not in template.module_reasons:
+            path, first = main_module.rank_path(template.start_path, cwd, sys.flags.safe_path)
+            template.module_reasons[key] = main_module.fresh_reason(
+                argv[1], path, rank_start.ENTRY_PACKAGES, first, loaded=sys.modules
+            )
+        return template.module_reasons[key]
+    if argv and not sys.flags.safe_path:
+        return _shadowed(os.path.dirname(os.path.realpath(os.path.join(cwd, argv[0]))), template)
+    return None
+
+
+def _shadowed(folder: str, template: _Template) -> str | None:
+    """Why a module torch imported here would be another in the rank: the folder first on the
+    rank's path (its script's) holds a module of that name, and this process imported it with
+    another folder first."""
+    if not template.start_path or os.path.realpath(template.start_path[0]) == folder:
+        return None
+    names = forking.module_names_in(folder) & template.imported_tops
+    if names:
+        return f"{folder} holds {min(names)}, which torch imports"
     return None
 
 
@@ -209,7 +255,8 @@ def _become_the_rank(request: dict, template: _Template) -> None:
             environment[name] = value
     os.environ.clear()
     os.environ.update(environment)
-    sys.path[0] = os.getcwd()  # `python -m` puts its working directory first
+    if not sys.flags.safe_path:  # `python -m` puts its working directory first (not with -P)
+        sys.path[0] = os.getcwd()
     sys.argv = [sys.modules[RANK_ENTRY].__file__, *request["argv"]]
     sys.orig_argv = [sys.executable, "-u", "-m", RANK_ENTRY, *request["argv"]]
     forking.seed_again()
