@@ -448,3 +448,23 @@ def test_the_template_records_the_exit_handlers_and_generators_its_imports_made(
         check=True,
     )
     assert result.stdout.split() == ["weakref", "seeded"]
+
+
+def test_a_template_that_loaded_cudas_driver_forks_no_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    template = rank_template._Template({}, {}, [0], start_path=[str(tmp_path)])
+    request = {"env": {}, "affinity": [0], "cwd": str(tmp_path), "argv": ["train.py"]}
+    program = (
+        "from accelify.runtime.launch import forking, rank_template\n"
+        "forking.share_what_every_run_loads()\n"
+        "print(rank_template._cuda_driver_loaded())\n"
+    )
+    imported = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", program], capture_output=True, text=True, check=True
+    )
+    assert imported.stdout.strip() == "False"  # torch's and torch._dynamo's imports do not load it
+    monkeypatch.setattr(rank_template, "_cuda_driver_loaded", lambda: False)
+    assert rank_template.refusal(request, template) is None
+    monkeypatch.setattr(rank_template, "_cuda_driver_loaded", lambda: True)
+    assert "CUDA" in (rank_template.refusal(request, template) or "")

@@ -12,10 +12,11 @@ one's: an environment that differs from this process's start in any variable but
 agent sets per rank and nothing reads as Python or torch start (`PER_RANK`), another CPU
 affinity, a Python thread running here, a script whose folder holds a module named as one torch
 imported here (the rank would import it with that folder first), or a ``-m`` module whose files,
-found on the rank's own path, run a statement before torch (`main_module.fresh_reason`). CUDA is never initialised here (torch's import does
-not, nor does torch._dynamo's), so a rank may start it. A fork shares this process's hash seed
-(``PYTHONHASHSEED``), as any fixed one; the random generators a fresh process seeds from the
-system's entropy are seeded again in each rank (`forking.seed_again`).
+found on the rank's own path, run a statement before torch (`main_module.fresh_reason`). CUDA
+is never initialised here (torch's import does not, nor does torch._dynamo's), so a rank may
+start it; were CUDA's driver loaded here all the same, every rank is refused. A fork shares this
+process's hash seed (``PYTHONHASHSEED``), as any fixed one; the random generators a fresh process
+seeds from the system's entropy are seeded again in each rank (`forking.seed_again`).
 
 The protocol, one connection per rank: the client's JSON line and its fds 0, 1, 2
 (SCM_RIGHTS); the answer ``started PID`` or ``refused WHY``; then ``signal N`` lines from the
@@ -127,6 +128,8 @@ def refusal(request: dict, template: _Template) -> str | None:
         return "its CPU affinity differs"
     if threading.active_count() != 1:
         return "a thread is running in the template"
+    if _cuda_driver_loaded():
+        return "CUDA's driver is loaded in the template (a fork could not use it)"
     argv, cwd = request["argv"], request["cwd"]
     if argv[:1] == ["-m"] and len(argv) > 1:
         key = (argv[1], cwd)
@@ -139,6 +142,17 @@ def refusal(request: dict, template: _Template) -> str | None:
     if argv and not sys.flags.safe_path:
         return _shadowed(os.path.dirname(os.path.realpath(os.path.join(cwd, argv[0]))), template)
     return None
+
+
+def _cuda_driver_loaded() -> bool:
+    """Whether CUDA's driver library is mapped here: torch's import does not load it (it is
+    loaded by CUDA's first call, `torch.cuda.device_count` included), and a process that forks
+    after CUDA started leaves its forks a driver they cannot use."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return any(b"/libcuda.so" in line for line in maps)
+    except OSError:
+        return True  # cannot tell: start the rank fresh
 
 
 def _shadowed(folder: str, template: _Template) -> str | None:
