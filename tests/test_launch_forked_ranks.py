@@ -468,3 +468,26 @@ def test_a_template_that_loaded_cudas_driver_forks_no_rank(
     assert rank_template.refusal(request, template) is None
     monkeypatch.setattr(rank_template, "_cuda_driver_loaded", lambda: True)
     assert "CUDA" in (rank_template.refusal(request, template) or "")
+
+
+def test_a_forks_streams_are_made_over_its_own_files(tmp_path: Path) -> None:
+    """A text stream notes whether its file seeks as it is made: the template's were made over
+    pipes, a rank's stdout may be a file (``--log-dir``), as a fresh rank's would see."""
+    program = textwrap.dedent(
+        f"""
+        import os, sys
+        from accelify.runtime.launch import forking
+
+        opened = os.open({str(tmp_path / "log")!r}, os.O_WRONLY | os.O_CREAT)
+        os.dup2(opened, 1)  # as `take_streams` hands the rank its files
+        before = sys.stdout.seekable()
+        forking.streams_as_started()
+        after = sys.stdout.seekable()
+        print(before, after, sys.stdout.write_through, sys.stdout is sys.__stdout__,
+              sys.stdout.buffer.name, file=sys.stderr)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-u", "-c", program], capture_output=True, text=True, check=True
+    )
+    assert result.stderr.split() == ["False", "True", "True", "True", "<stdout>"]

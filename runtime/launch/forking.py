@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import io
 import json
 import os
 import random
@@ -142,6 +143,38 @@ def take_streams(fds: list[int]) -> None:
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
+
+
+def streams_as_started() -> None:
+    """``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` (and their ``sys.__std*__``) made again
+    over fds 0, 1, 2 the way Python makes them as it starts: a text stream notes whether its
+    file can seek, and a tty's line buffering, as it is made, and this process's were made over
+    its own streams (pipes), a run's may be files (``--log-dir``) or a terminal. Nothing is
+    left in the old ones (they write through, and stdin was never read here); they stay open
+    for whatever holds them (a logging handler made by an import writes to the same fd)."""
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        old = getattr(sys, name)
+        if not isinstance(old, io.TextIOWrapper):
+            continue
+        unbuffered = old.write_through  # `-u`: Python makes stdout and stderr unbuffered
+        try:
+            buffering = 0 if unbuffered and mode == "w" else -1
+            buffer = open(fd, f"{mode}b", buffering=buffering, closefd=False)  # noqa: SIM115
+        except OSError:  # a closed fd: Python leaves the stream None
+            continue
+        raw = buffer if isinstance(buffer, io.FileIO) else buffer.raw
+        raw.name = f"<{name}>"
+        stream = io.TextIOWrapper(
+            buffer,
+            encoding=old.encoding,
+            errors=old.errors,
+            newline="\n",
+            line_buffering=not unbuffered and (fd == 2 or os.isatty(fd)),
+            write_through=unbuffered,
+        )
+        stream.mode = mode
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 _PARSE_LOCK = threading.Lock()

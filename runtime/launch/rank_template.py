@@ -260,6 +260,7 @@ def _become_the_rank(request: dict, template: _Template) -> None:
     would have given the rank (the elastic agent starts each rank in a session of its own)."""
     os.setsid()
     forking.take_streams(request["fds"])
+    forking.streams_as_started()
     os.chdir(request["cwd"])
     environment = dict(request["env"])
     for name, value in template.imported_changes.items():
