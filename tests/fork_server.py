@@ -116,6 +116,7 @@ def _run(request: dict) -> None:
     """What starting ``python ARGV...`` in its own session would have given the run."""
     os.setsid()
     forking.take_streams(request["fds"])
+    forking.streams_as_started()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -124,12 +125,14 @@ def _run(request: dict) -> None:
     argv = request["argv"]
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's file first
-        sys.path[0] = os.getcwd()  # `python -m` puts its working directory first
+        if not sys.flags.safe_path:  # `python -m` puts its working directory first (not -P)
+            sys.path[0] = os.getcwd()
         _as_main(lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True))
     else:
         script = os.path.abspath(argv[0])  # `python SCRIPT`'s __file__ and tracebacks
         sys.argv = list(argv)
-        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        if not sys.flags.safe_path:  # `python SCRIPT` puts its folder first (not with -P)
+            sys.path[0] = os.path.dirname(os.path.realpath(script))
         with open(script, "rb") as source:
             code = compile(source.read(), script, "exec", dont_inherit=True)
         module = types.ModuleType("__main__")

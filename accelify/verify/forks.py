@@ -76,6 +76,7 @@ def _become(run: dict, start: str) -> None:
         opened = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.dup2(opened, fd)
         os.close(opened)
+    forking.streams_as_started()  # over the run's files, as a fresh run's
     os.environ.update(run["env"])
     forking.seed_again()  # as a fresh process seeds its random generators
     forking.multiprocessing_as_started_here()
