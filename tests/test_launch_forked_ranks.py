@@ -388,6 +388,12 @@ def test_a_script_whose_folder_holds_a_module_torch_imports_is_refused(tmp_path:
     (tmp_path / "sympy").mkdir()
     (tmp_path / "sympy" / "__init__.py").write_text("")
     assert "sympy" in (rank_template.refusal(request, template) or "")
+    _module_project(tmp_path)  # under -m, the working directory is the first folder
+    template.start_path = ["/elsewhere", *sys.path[1:]]
+    module = {**request, "argv": ["-m", "tools.probe"]}
+    assert "sympy" in (rank_template.refusal(module, template) or "")
+    (tmp_path / "sympy" / "__init__.py").unlink()
+    assert rank_template.refusal(module, template) is None
 
 
 def test_imports_are_taken_in_their_order(tmp_path: Path) -> None:

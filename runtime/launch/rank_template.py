@@ -69,10 +69,9 @@ class _Template:
     imported_changes: dict[str, str | None]
     affinity: list[int]
     running: dict[int, socket.socket] = field(default_factory=dict)
-    #: ``sys.path`` and the working directory as this process started (``python -m``, as a
-    #: fresh rank's start): a ``-m`` rank's module is looked up on that path
+    #: ``sys.path`` as this process started (``python -m``, as a fresh rank starts): a ``-m``
+    #: rank's module is looked up on that path, its first folder the rank's own
     start_path: list[str] = field(default_factory=lambda: list(sys.path))
-    start_cwd: str = field(default_factory=os.getcwd)
     #: the top-level names of what importing torch and torch._dynamo imported: a fresh rank
     #: imports them with its script's folder first on its path, this process with its own
     imported_tops: frozenset[str] = frozenset()
@@ -84,7 +83,7 @@ def main() -> None:
     listener = socket.socket(fileno=int(sys.argv[1]))
     start_environment = dict(os.environ)
     affinity = sorted(os.sched_getaffinity(0))
-    start_path, start_cwd = list(sys.path), os.getcwd()
+    start_path = list(sys.path)
     import accelify.runtime.rank_entry  # noqa: F401  (and torch, below)
 
     before = set(sys.modules)
@@ -100,7 +99,6 @@ def main() -> None:
         changes,
         affinity,
         start_path=start_path,
-        start_cwd=start_cwd,
         imported_tops=imported_tops,
     )
     request = _serve(listener, template)  # returns only in a forked rank
@@ -138,10 +136,14 @@ def refusal(request: dict, template: _Template) -> str | None:
             template.module_reasons[key] = main_module.fresh_reason(
                 argv[1], path, rank_start.ENTRY_PACKAGES, first, loaded=sys.modules
             )
-        return template.module_reasons[key]
-    if argv and not sys.flags.safe_path:
-        return _shadowed(os.path.dirname(os.path.realpath(os.path.join(cwd, argv[0]))), template)
-    return None
+        if template.module_reasons[key] is not None:
+            return template.module_reasons[key]
+        first = cwd  # `python -m`'s first folder
+    elif argv:
+        first = os.path.dirname(os.path.join(cwd, argv[0]))  # `python SCRIPT`'s
+    else:
+        return "no script"
+    return None if sys.flags.safe_path else _shadowed(os.path.realpath(first), template)
 
 
 def _cuda_driver_loaded() -> bool:
@@ -157,8 +159,8 @@ def _cuda_driver_loaded() -> bool:
 
 def _shadowed(folder: str, template: _Template) -> str | None:
     """Why a module torch imported here would be another in the rank: the folder first on the
-    rank's path (its script's) holds a module of that name, and this process imported it with
-    another folder first."""
+    rank's path (its script's, or its working directory under ``-m``) holds a module of that
+    name, and this process imported it with another folder first."""
     if not template.start_path or os.path.realpath(template.start_path[0]) == folder:
         return None
     names = forking.module_names_in(folder) & template.imported_tops
