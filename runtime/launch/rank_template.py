@@ -72,8 +72,9 @@ class _Template:
     #: ``sys.path`` as this process started (``python -m``, as a fresh rank starts): a ``-m``
     #: rank's module is looked up on that path, its first folder the rank's own
     start_path: list[str] = field(default_factory=lambda: list(sys.path))
-    #: the top-level names of what importing torch and torch._dynamo imported: a fresh rank
-    #: imports them with its script's folder first on its path, this process with its own
+    #: the top-level modules imported here from files (not built in, nor frozen): a fresh
+    #: rank may import one with its script's folder first on its path, this process did with
+    #: its own (torch's, torch._dynamo's, this module's and the entry's imports)
     imported_tops: frozenset[str] = frozenset()
     #: why a ``-m`` module's rank must start fresh, by module and working directory
     module_reasons: dict[tuple[str, str], str | None] = field(default_factory=dict)
@@ -86,9 +87,12 @@ def main() -> None:
     start_path = list(sys.path)
     import accelify.runtime.rank_entry  # noqa: F401  (and torch, below)
 
-    before = set(sys.modules)
     forking.share_what_every_run_loads()
-    imported_tops = frozenset(name.partition(".")[0] for name in set(sys.modules) - before)
+    imported_tops = frozenset(
+        name
+        for name, module in list(sys.modules.items())
+        if "." not in name and getattr(getattr(module, "__spec__", None), "has_location", False)
+    )
     changes = {
         name: os.environ.get(name)
         for name in {*start_environment, *os.environ}
