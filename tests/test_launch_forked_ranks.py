@@ -363,6 +363,8 @@ def test_why_a_module_rank_starts_fresh(tmp_path: Path) -> None:
         ("torchy.__main__", tmp_path / "torchy" / "__main__.py"),
     ]
     assert main_module.entry_packages("a.b.c") == {"a", "a.b"}
+    # `accelify verify` launches its probe as a module: its ranks are forked
+    assert rank_start.fresh_reason("accelify.verify.probe", True, False, {}) is None
 
 
 def test_the_template_decides_a_module_rank_with_the_ranks_own_path(tmp_path: Path) -> None:
