@@ -197,6 +197,12 @@ def launch(
     same script also runs under plain torchrun. When a rank fails, the report names the rank
     that failed first and ends with its traceback; Ctrl-C stops every rank (exit 130).
 
+    Each rank is forked from one process per machine that imported torch once, instead of
+    importing it itself (about 2.5 CPU-seconds a rank); a rank starts fresh wherever a fork
+    could differ (a script, or a -m module and its packages, that runs a statement before its
+    `import torch`, --no-python, per-rank CUDA_VISIBLE_DEVICES or OMP_NUM_THREADS).
+    ACCELIFY_FRESH_RANKS=1 starts every rank fresh.
+
     \b
     Examples:
       accelify launch --cpu -n 2 train.py --epochs 3

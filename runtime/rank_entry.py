@@ -38,8 +38,11 @@ from typing import Any, NoReturn
 from accelify.runtime import collective_record, failure_record, rank_output
 
 
-def main(arguments: Sequence[str]) -> None:
-    """``SCRIPT ARGS...`` or ``-m MODULE ARGS...``, as torchrun passes them."""
+def main(arguments: Sequence[str], imports_exit_handlers: Sequence[tuple] = ()) -> None:
+    """``SCRIPT ARGS...`` or ``-m MODULE ARGS...``, as torchrun passes them.
+    ``imports_exit_handlers``: ``(function, args, kwargs)`` of the exit handlers registered as
+    torch was imported before this rank started (a rank forked from the launcher's template,
+    `accelify.runtime.launch.rank_template`)."""
     rank = int(os.environ.get("RANK", "0"))
     rank_output.write_whole_lines()  # lines the ranks print at once do not run together
     failure_record.install(rank, on_exception=collective_record.crashed, entry=_run.__code__)
@@ -49,8 +52,9 @@ def main(arguments: Sequence[str]) -> None:
     _record_os_exit(rank)
     # registered before the script's own handlers, so run after them all
     atexit.register(_after_the_scripts_exit_handlers)
+    _registered_again(imports_exit_handlers)
     _record_collectives_once_the_group_exists(rank)
-    sys.meta_path.insert(0, _AfterImport("torch", _freeze_what_torch_made))
+    _after_import("torch", _freeze_what_torch_made)
     if arguments[:1] == ["-m"]:
         module, code = _main_module_of_module(arguments[1])
         sys.argv = [module.__file__ or arguments[1], *arguments[2:]]
@@ -73,6 +77,16 @@ def _after_the_scripts_exit_handlers() -> None:
     collective_record.collectives_over()
     if collective_record.failing():
         gc.freeze()
+
+
+def _registered_again(handlers: Sequence[tuple]) -> None:
+    """A fresh rank registers torch's exit handlers as its script imports torch, after the
+    entry's own, so they run before it; a forked rank had them before: registered again here,
+    in their order, after the entry's."""
+    for function, _, _ in handlers:
+        atexit.unregister(function)
+    for function, args, kwargs in handlers:
+        atexit.register(function, *args, **kwargs)
 
 
 def _freeze_what_torch_made(torch: ModuleType) -> None:
@@ -191,7 +205,18 @@ def _record_collectives_once_the_group_exists(rank: int) -> None:
     ``init_process_group`` and the collectives are wrapped as soon as torch imports
     ``torch.distributed``, before the script can take its own reference to them (``from
     torch.distributed import all_reduce``)."""
-    sys.meta_path.insert(0, _AfterImport("torch.distributed", lambda dist: _wrap(dist, rank)))
+    _after_import("torch.distributed", lambda dist: _wrap(dist, rank))
+
+
+def _after_import(name: str, then: Any) -> None:
+    """``then(module)`` once the module has been imported: now, when it is already (a rank
+    forked from the launcher's template, `accelify.runtime.launch.rank_template`, has torch
+    before its script starts), else as its import ends."""
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 def _wrap(dist: Any, rank: int) -> None:

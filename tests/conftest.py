@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import ast
 import atexit
 import compileall
 import contextlib
@@ -21,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from accelify.runtime.launch import forking
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -124,41 +125,10 @@ def _forkable(command: list[str], cwd: Path | None, env: dict[str, str]) -> bool
         return False
     if command[1:4] != ["-m", "accelify", "launch"]:
         script = Path(cwd or ".", command[1])
-        if script.suffix != ".py" or not _imports_torch_first(script):
+        if script.suffix != ".py" or not forking.imports_torch_first(script):
             return False
     server = _fork_server()
     return server is not None and server.same_start(env)
-
-
-_parse_lock = threading.Lock()
-
-
-def _imports_torch_first(script: Path) -> bool:
-    """Whether the script imports torch before any statement of its own (its docstring and
-    imports of the standard library may come first)."""
-    try:
-        # one parse at a time: CPython 3.11's AST validator keeps its recursion depth in
-        # interpreter-wide state, and two threads parsing at once (two runs started together)
-        # fail with "SystemError: AST constructor recursion depth mismatch"
-        with _parse_lock:
-            tree = ast.parse(script.read_bytes())
-    except (OSError, SyntaxError, ValueError):
-        return False
-    for index, statement in enumerate(tree.body):
-        if index == 0 and isinstance(statement, ast.Expr):
-            continue
-        if isinstance(statement, ast.Import):
-            names = [alias.name for alias in statement.names]
-        elif isinstance(statement, ast.ImportFrom) and not statement.level:
-            names = [statement.module or ""]
-        else:
-            return False
-        tops = [name.partition(".")[0] for name in names]
-        if "torch" in tops:
-            return True
-        if not all(top in sys.stdlib_module_names or top == "__future__" for top in tops):
-            return False
-    return False
 
 
 class ForkServer:

@@ -1,6 +1,8 @@
 """``python tests/fork_server.py SOCKET``: import torch once, then start each run a test asks for
 (`python -m accelify launch ...`, `python SCRIPT ...`) as a fork of this process, set up as if it
-had been started on its own, the way `accelify verify` forks its runs (accelify/verify/forks.py).
+had been started on its own, the way `accelify verify` forks its runs (accelify/verify/forks.py)
+and `accelify launch` its ranks (accelify.runtime.launch.rank_template), with the parts they share
+(`accelify.runtime.launch.forking`).
 
 Every launch's launcher and every script's run imports torch first (2 CPU-seconds a process, a
 third of a 2-rank launch): here it is imported once per test process. The tests' side
@@ -8,7 +10,7 @@ third of a 2-rank launch): here it is imported once per test process. The tests'
 imports torch before it reads or sets anything torch reads, a script only when it imports torch
 before any statement of its own, and only with the environment this process imported torch with
 (variables that torch, Python or their libraries read as they start are the same). The ranks a
-launch starts are fresh processes, as always.
+launch starts are not forked here: the launch forks them from a template of its own.
 
 Two more things every training run pays for are paid here once. torch._dynamo (with sympy): torch
 imports it at the first optimizer a process builds (`torch.optim.Optimizer.__init__` is wrapped by
@@ -28,17 +30,15 @@ Protocol, one Unix-socket connection per run: the test sends one JSON line (``ar
 forks, answers ``PID`` on a line, and ``CODE`` on another when the run has ended (as
 `subprocess.Popen.returncode`: -N for signal N). The run is a session of its own
 (``start_new_session``), in its folder, with exactly the environment sent, its own ``sys.argv``,
-``sys.path[0]``, ``__main__`` and exit: the interpreter's usual one (``atexit`` handlers, threads
-joined, its exit code; an uncaught exception goes through ``sys.excepthook``, exit 1).
-This process ends when its stdin closes (the test process ended).
+``sys.path[0]``, ``__main__``, random generators seeded again as a fresh process seeds them
+(`accelify.runtime.launch.forking.seed_again`) and exit: the interpreter's usual one (``atexit``
+handlers, threads joined, its exit code; an uncaught exception goes through ``sys.excepthook``,
+exit 1). This process ends when its stdin closes (the test process ended).
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
-import gc
-import json
 import os
 import runpy
 import selectors
@@ -47,16 +47,15 @@ import socket
 import sys
 import types
 
+from accelify.runtime.launch import forking
+
 MAX_FDS = 3
 
 
 def main() -> None:
     # the point: torch once, for every run, and torch._dynamo, which a run's first optimizer
-    # imports
-    import torch._dynamo  # noqa: F401
-
-    gc.collect()
-    gc.freeze()  # after the last import: what the runs share is never walked nor copied
+    # imports; then frozen: what the runs share is never walked nor copied
+    forking.share_what_every_run_loads()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sys.argv[1])
     listener.listen(64)
@@ -85,7 +84,7 @@ def _serve(listener: socket.socket) -> dict:
                 _reap(running)
             else:
                 connection, _ = listener.accept()
-                request, fds = _receive(connection)
+                request, fds = forking.receive(connection, MAX_FDS)
                 if request is None:
                     connection.close()
                     continue
@@ -100,62 +99,40 @@ def _serve(listener: socket.socket) -> dict:
                         other.close()
                     request["fds"] = fds
                     return request
-                for fd in fds:
-                    os.close(fd)
+                forking.close_all(fds)
                 running[pid] = connection
-                _send(connection, f"{pid}\n")
+                forking.send(connection, f"{pid}\n")
         _reap(running)  # a SIGCHLD that came between two selects
 
 
-def _receive(connection: socket.socket) -> tuple[dict | None, list[int]]:
-    data, fds, _, _ = socket.recv_fds(connection, 1 << 16, MAX_FDS)
-    while not data.endswith(b"\n"):
-        more = connection.recv(1 << 16)
-        if not more:
-            for fd in fds:
-                os.close(fd)
-            return None, []
-        data += more
-    return json.loads(data), list(fds)
-
-
 def _reap(running: dict[int, socket.socket]) -> None:
-    while running:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        connection = running.pop(pid, None)
-        if connection is not None:
-            _send(connection, f"{os.waitstatus_to_exitcode(status)}\n")
-            connection.close()
-
-
-def _send(connection: socket.socket, line: str) -> None:
-    with contextlib.suppress(OSError):  # the test stopped waiting (it failed or timed out)
-        connection.sendall(line.encode())
+    for pid, code in forking.reap(running):
+        connection = running.pop(pid)
+        forking.send(connection, f"{code}\n")
+        connection.close()
 
 
 def _run(request: dict) -> None:
     """What starting ``python ARGV...`` in its own session would have given the run."""
     os.setsid()
-    for target, fd in enumerate(request["fds"]):
-        os.dup2(fd, target)
-        os.close(fd)
+    forking.take_streams(request["fds"])
+    forking.streams_as_started()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    forking.seed_again()
+    forking.multiprocessing_as_started_here()
     argv = request["argv"]
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's file first
-        sys.path[0] = os.getcwd()  # `python -m` puts its working directory first
+        if not sys.flags.safe_path:  # `python -m` puts its working directory first (not -P)
+            sys.path[0] = os.getcwd()
         _as_main(lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True))
     else:
         script = os.path.abspath(argv[0])  # `python SCRIPT`'s __file__ and tracebacks
         sys.argv = list(argv)
-        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        if not sys.flags.safe_path:  # `python SCRIPT` puts its folder first (not with -P)
+            sys.path[0] = os.path.dirname(os.path.realpath(script))
         with open(script, "rb") as source:
             code = compile(source.read(), script, "exec", dont_inherit=True)
         module = types.ModuleType("__main__")

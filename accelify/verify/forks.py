@@ -22,6 +22,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from accelify.runtime.launch import forking
 from accelify.verify.records import PROBE_FAILED
 
 
@@ -33,7 +34,7 @@ def main() -> None:
     except BaseException:  # ours, not a script's: the probe's own exit code
         traceback.print_exc()
         sys.exit(PROBE_FAILED)
-    _share_what_every_run_loads()
+    forking.share_what_every_run_loads()  # torch._dynamo too, then frozen
     run = _fork_each(runs)
     _become(run, start)
     if run["launch"]:  # `python -m accelify launch ...`
@@ -44,20 +45,6 @@ def main() -> None:
     else:  # `python -m accelify.verify.probe SCRIPT ARGS...`
         sys.argv = [probe.__file__, *run["arguments"]]
         probe.main()
-
-
-def _share_what_every_run_loads() -> None:
-    """torch._dynamo too (every run imports it at its first optimizer: torch wraps the
-    optimizer's constructor in ``torch._disable_dynamo``, 1.25 CPU-seconds, as much as torch),
-    and what is loaded by then frozen (`gc.freeze`): no run's collections, nor its last one at
-    exit, walk those objects, so no run copies their pages. A torch without dynamo just skips it."""
-    import contextlib
-    import gc
-
-    with contextlib.suppress(ImportError):
-        import torch._dynamo  # noqa: F401
-    gc.collect()
-    gc.freeze()
 
 
 def _fork_each(runs: list[dict]) -> dict:
@@ -89,7 +76,10 @@ def _become(run: dict, start: str) -> None:
         opened = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.dup2(opened, fd)
         os.close(opened)
+    forking.streams_as_started()  # over the run's files, as a fresh run's
     os.environ.update(run["env"])
+    forking.seed_again()  # as a fresh process seeds its random generators
+    forking.multiprocessing_as_started_here()
     # `python -m` puts its working directory first on the path: the run's, not the supervisor's
     if sys.path and sys.path[0] == start:
         sys.path[0] = os.getcwd()

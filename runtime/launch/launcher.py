@@ -27,7 +27,7 @@ from typing import Any
 from accelify.errors import UserError
 from accelify.runtime import options as backend_options
 from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS, LaunchSettings
-from accelify.runtime.launch import foreign_accelerator, slurm
+from accelify.runtime.launch import foreign_accelerator, rank_start, slurm
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
 from accelify.runtime.launch.watch import Watcher
@@ -182,10 +182,17 @@ def rendezvous_port(config: LaunchConfig) -> Iterator[int | None]:
         del server
 
 
-def torchrun_arguments(plan: LaunchPlan, processes: int, port: int | None = None) -> list[str]:
+def torchrun_arguments(
+    plan: LaunchPlan,
+    processes: int,
+    port: int | None = None,
+    client: list[str] | None = None,
+) -> list[str]:
     """torchrun's command line; ``processes``: ``num_processes`` (the total over all machines)
     or, when it is not set, this machine's default count; ``port``: the one `rendezvous_port`
-    holds (without it, a run on one machine with no port given gets a free one)."""
+    holds (without it, a run on one machine with no port given gets a free one); ``client``:
+    the command that has the template fork each rank (`rank_start.template`; None: each rank
+    starts fresh)."""
     config = plan.config
     processes_per_machine = per_machine(config, processes)
     if config.num_machines == 1:
@@ -227,6 +234,8 @@ def torchrun_arguments(plan: LaunchPlan, processes: int, port: int | None = None
     # Each rank starts through the runtime's entry, which records its failure and collectives
     # whether or not the script uses accelify's runtime, then runs the script unchanged.
     script = ["-m", plan.script] if plan.module else [plan.script]
+    if client is not None:  # the client stands for the rank, forked from the template
+        return [*arguments, "--no-python", *client, *script, *plan.script_args]
     return [*arguments, "--module", RANK_ENTRY, *script, *plan.script_args]
 
 
@@ -337,11 +346,13 @@ def launch(plan: LaunchPlan) -> int:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     _quiet_agent_warnings()
     with (
+        contextlib.ExitStack() as stack,
         rendezvous_port(plan.config) as port,
         tempfile.TemporaryDirectory(prefix="accelify-launch-") as records,
     ):
-        arguments = torchrun.parse_args(torchrun_arguments(plan, processes, port))
         os.environ[FAILURE_DIR] = records
+        client = stack.enter_context(_rank_start(plan, processes))
+        arguments = torchrun.parse_args(torchrun_arguments(plan, processes, port, client))
         watcher = Watcher(
             Path(records),
             hang_timeout=plan.config.hang_timeout,
@@ -373,6 +384,19 @@ def launch(plan: LaunchPlan) -> int:
             watcher.stop()
     print(text, file=sys.stderr)
     return code
+
+
+@contextlib.contextmanager
+def _rank_start(plan: LaunchPlan, processes: int) -> Iterator[list[str] | None]:
+    """The ranks' template, when they can be forked from one (`rank_start`): yields the command
+    each rank's client runs, None where the ranks start fresh. Started after the launcher has
+    set every variable the ranks inherit, before the agent starts any rank."""
+    if rank_start.fresh_reason(plan.script, plan.module, plan.no_python, os.environ) is not None:
+        yield None
+        return
+    environment = rank_start.rank_environment(os.environ, per_machine(plan.config, processes))
+    with rank_start.template(environment) as client:
+        yield client
 
 
 def _port_in_use(config: LaunchConfig, arguments: Any) -> str:

@@ -1,0 +1,127 @@
+"""What torch's elastic agent starts for each rank when the launcher forks the ranks from a
+template (`accelify.runtime.launch.rank_template`):
+``python -I -S rank_client.py SOCKET RANK_ARGS``.
+
+The agent keeps seeing one process per rank, this one: its pid, its exit code (the rank's; a rank
+killed by signal N kills this process with N), the signals it sends (SIGTERM, SIGINT, ... are
+passed on to the rank's process group, as the agent's ``killpg`` reaches a fresh rank's), its
+environment, working directory and standard streams (handed to the rank as they are: the
+agent's per-rank log files, ``--tee``). If this process dies (SIGKILL), the template kills the
+rank. If the template refuses the rank (its environment differs from the template's in a variable
+read as torch starts) or cannot be reached, this process becomes the rank itself by executing
+``python -u -m accelify.runtime.rank_entry RANK_ARGS``: today's fresh start, the command torchrun
+runs with ``--module``.
+
+Standard library only, started without ``site``: it costs a few milliseconds, not torch's import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+
+#: The module a fresh rank starts with (`accelify.runtime.rank_entry`; kept here as text: this
+#: file imports nothing of accelify).
+RANK_ENTRY = "accelify.runtime.rank_entry"
+#: The signals passed on to the rank: those the agent and a user send to stop a run, and the
+#: ones a script may handle itself.
+RELAYED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+
+
+def main(arguments: list[str]) -> None:
+    path, rank_arguments = arguments[0], arguments[1:]
+    connection = _ask(path, rank_arguments)
+    if connection is None:
+        _fresh(rank_arguments)
+    code = _relay(connection)
+    _exit_as(code)
+
+
+def _ask(path: str, rank_arguments: list[str]) -> socket.socket | None:
+    """The connection on which the template forked the rank; None: start fresh."""
+    request = {
+        "argv": rank_arguments,
+        "env": dict(os.environ),
+        "cwd": os.getcwd(),
+        "affinity": sorted(os.sched_getaffinity(0)),
+    }
+    message = json.dumps(request).encode() + b"\n"
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(path)
+        sent = socket.send_fds(connection, [message], [0, 1, 2])
+        connection.sendall(message[sent:])
+        answer = _line(connection)
+    except OSError:
+        answer = ""
+    if not answer.startswith("started "):
+        connection.close()  # refused (or the template is gone): the rank was never forked
+        return None
+    return connection
+
+
+def _line(connection: socket.socket) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        more = connection.recv(1)  # a line at a time: what follows is read by `_relay`
+        if not more:
+            return ""
+        data += more
+    return data.decode().strip()
+
+
+def _fresh(rank_arguments: list[str]) -> None:
+    """Become the rank, started as torchrun starts one with ``--module``."""
+    python = sys.executable
+    os.execv(python, [python, "-u", "-m", RANK_ENTRY, *rank_arguments])
+
+
+def _relay(connection: socket.socket) -> int:
+    """Pass signals on until the template says the rank ended; its code as
+    `subprocess.Popen.returncode`. The template ending first (killed) ends the rank as SIGKILL."""
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):  # the template is gone: `_line` sees it
+            connection.sendall(f"signal {signum}\n".encode())
+
+    for signum in RELAYED:
+        signal.signal(signum, forward)
+    while True:
+        try:
+            answer = _line(connection)
+        except InterruptedError:
+            continue
+        if not answer:
+            return -signal.SIGKILL
+        word, _, value = answer.partition(" ")
+        if word == "ended":
+            return int(value)
+
+
+def _exit_as(code: int) -> None:
+    """Exit as the rank did: with its code, or killed by its signal."""
+    if code >= 0:
+        os._exit(code)
+    signum = -code
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    with contextlib.suppress(OSError, ValueError):  # SIGKILL's cannot be set, nor needs to be
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # a signal whose default is not to end the process
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
