@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
 import socket
 import sys
 from dataclasses import replace
@@ -510,3 +511,30 @@ def test_port_0_is_a_free_port_on_one_machine_and_refused_on_several():
     plan = parsed("--main_process_port", "0", "--num_machines", "2", "--main_process_ip", "a")
     with pytest.raises(UserError, match="needs --main-process-port"):
         check(plan, cuda_available=True)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs a CPU affinity mask of two cores or more to narrow",
+)
+def test_cpu_threads_are_the_cores_of_the_affinity_mask_shared_out(tmp_path: Path):
+    """A launcher pinned to one core (``taskset``, a container's cpuset) gives its one CPU rank
+    one intra-op thread, not ``os.cpu_count()``'s host count: more threads than cores slow a
+    rank's large matmuls down."""
+    script = tmp_path / "threads.py"
+    script.write_text("import os\n\nimport torch\n\nprint('omp', os.environ['OMP_NUM_THREADS'])\n")
+    environment = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    pinned = [
+        sys.executable,
+        "-c",
+        "import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))});"
+        " from accelify.cli import main; sys.argv = ['accelify', *sys.argv[1:]]; main()",
+        "launch",
+        "--cpu",
+        "-n",
+        "1",
+        str(script),
+    ]
+    result = run_in_own_group(pinned, cwd=tmp_path, timeout=240, env=environment)
+    assert result.returncode == 0, result.stderr
+    assert "omp 1" in result.stdout.splitlines()

@@ -342,7 +342,7 @@ def launch(plan: LaunchPlan) -> int:
     if plan.config.use_cpu or not cuda_available:
         # torchrun would set 1 thread per process and warn; a CPU run shares the cores out.
         local = per_machine(plan.config, processes)
-        threads = max((os.cpu_count() or 1) // max(local, 1), 1)
+        threads = max(_usable_cores() // max(local, 1), 1)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     _quiet_agent_warnings()
     with (
@@ -384,6 +384,16 @@ def launch(plan: LaunchPlan) -> int:
             watcher.stop()
     print(text, file=sys.stderr)
     return code
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's or ``taskset``'s
+    mask), not the host's count, which ``os.cpu_count()`` gives: ranks given more intra-op
+    threads than they have cores slow each other's large matmuls down."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 @contextlib.contextmanager
