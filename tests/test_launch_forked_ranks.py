@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -499,3 +500,66 @@ def test_a_forks_streams_are_made_over_its_own_files(tmp_path: Path) -> None:
         [sys.executable, "-u", "-c", program], capture_output=True, text=True, check=True
     )
     assert result.stderr.split() == ["False", "True", "True", "True", "<stdout>"]
+
+
+@pytest.mark.distributed
+def test_a_template_killed_takes_its_ranks_with_it(tmp_path: Path) -> None:
+    """The template SIGKILLed (the out-of-memory killer): no rank goes on training, orphaned,
+    and the clients report their ranks killed, with no traceback of their own."""
+    script = tmp_path / "waiter.py"
+    script.write_text(WAITER)
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = start(command, cwd=tmp_path, env=None)
+    try:
+        pids = [int(process.stdout.readline().split()[1]) for _ in range(2)]
+        os.kill(_parent(pids[0]), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in pids)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        _kill_group(process.pid)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert process.returncode == 128 + signal.SIGKILL, stderr
+    assert "Traceback" not in stderr, stderr
+
+
+@pytest.mark.distributed
+def test_a_forked_rank_takes_sigint_though_the_launcher_started_ignoring_it(
+    tmp_path: Path,
+) -> None:
+    """``accelify launch ... &`` in a script starts with SIGINT ignored; the agent handles it,
+    so a fresh rank gets Python's KeyboardInterrupt, and so must a forked one."""
+    script = tmp_path / "waiter.py"
+    script.write_text(
+        WAITER.replace(
+            'print("PID"', 'atexit.register(print, "ATEXIT", flush=True)\nprint("PID"'
+        ).replace("import os", "import atexit\nimport os", 1)
+    )
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        for _ in range(2):
+            process.stdout.readline()
+        os.kill(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        _kill_group(process.pid)
+    assert process.returncode == 130, stderr
+    # each rank ran its exit handlers: a KeyboardInterrupt, not the agent's SIGKILL 30 s later
+    assert stdout.count("ATEXIT") == 2, (stdout, stderr)
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])

@@ -103,6 +103,8 @@ def _relay(connection: socket.socket) -> int:
             answer = _line(connection)
         except InterruptedError:
             continue
+        except OSError:  # the template was killed (ECONNRESET): as its end, below
+            answer = ""
         if not answer:
             return -signal.SIGKILL
         word, _, value = answer.partition(" ")

@@ -59,6 +59,8 @@ PER_RANK_PREFIX = "TORCHELASTIC_"
 #: The command a fresh rank runs (torchrun's ``--module``), what ``sys.orig_argv`` says
 RANK_ENTRY = "accelify.runtime.rank_entry"
 MAX_FDS = 3
+#: prctl's option: the signal this process gets when its parent dies
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -174,6 +176,7 @@ def _shadowed(folder: str, template: _Template) -> str | None:
 
 
 def _serve(listener: socket.socket, template: _Template) -> dict:
+    template_pid = os.getpid()
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -207,6 +210,7 @@ def _serve(listener: socket.socket, template: _Template) -> dict:
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    _die_with_the_template(template_pid)
                     selector.close()
                     forking.close_all([wake_read, wake_write])
                     for other in (connection, *template.running.values()):
@@ -261,10 +265,35 @@ def _signal(pid: int, signum: int) -> None:
             os.kill(pid, signum)
 
 
+def _die_with_the_template(template_pid: int) -> None:
+    """A rank whose template is killed (SIGKILL, the out-of-memory killer) is killed too, as
+    one whose client is: no fresh rank outlives its agent's stopping it, and an orphaned fork
+    would go on training unseen (its client reports it dead: SIGKILL)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != template_pid:  # the template died before the prctl
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _signals_as_a_fresh_rank_gets_them() -> None:
+    """torch's agent handles SIGTERM, SIGINT, SIGHUP and SIGQUIT itself, so a rank it
+    executes starts with them at their defaults (SIGINT: KeyboardInterrupt) whatever the
+    launcher inherited. The template started before the agent took them and keeps what the
+    launcher's shell left: ``accelify launch ... &`` in a script ignores SIGINT and SIGQUIT,
+    and a forked rank would ignore the agent's SIGINT (30 s to SIGKILL, no atexit)."""
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _become_the_rank(request: dict, template: _Template) -> None:
     """What starting ``python -u -m accelify.runtime.rank_entry ARGS`` in the client's place
     would have given the rank (the elastic agent starts each rank in a session of its own)."""
     os.setsid()
+    _signals_as_a_fresh_rank_gets_them()
     forking.take_streams(request["fds"])
     forking.streams_as_started()
     os.chdir(request["cwd"])
