@@ -469,16 +469,20 @@ def test_a_driver_of_an_already_converted_trainer_prints_through_its_accelerator
     assert results["trainer.py"].skipped == "already uses an Accelerator"
     train = results["train.py"]
     assert train.changed and not train.prepared  # not "no .backward() call: not a training script"
-    (said, printed) = train.changes
+    (said, printed, saved) = train.changes
     assert said.line == 18
     assert "trains in trainer.py (its .backward() at line 19), which already creates" in said.text
     assert "prepares model, optimizer, loader" in said.text
     assert printed.line == 21
     converted = train.converted.decode()
     assert 'trainer.accelerator.print(f"epoch {epoch} loss {loss:.4f}")' in converted
-    (review,) = train.reviews
-    assert review.line == 22  # torch.save(model.state_dict(), "model.pt") on every rank
-    assert "under if trainer.accelerator.is_main_process" in review.text
+    # torch.save(model.state_dict(), "model.pt") ran on every rank: once, after the others
+    assert saved.line == 22 and "once, on the main process" in saved.text
+    assert converted.endswith(
+        "trainer.accelerator.wait_for_everyone()\n"
+        'trainer.accelerator.save(model.state_dict(), "model.pt")\n'
+    )
+    assert not train.reviews
 
 
 def test_a_driver_of_an_already_converted_trainer_prints_each_line_once_on_two_ranks(
@@ -1018,9 +1022,14 @@ def test_a_driver_of_a_subclass_whose_base_class_trains_prints_through_its_accel
     said = next(note for note in train.changes if note.line == 12)
     assert "Small() trains in base.py (its .backward() at line 26)" in said.text
     assert 'small.accelerator.print("saved small.pt")' in train.converted.decode()
-    (review,) = train.reviews
-    assert review.line == 15  # torch.save(small.model.state_dict(), "small.pt")
-    assert "save small.accelerator.unwrap_model(small.model).state_dict()" in review.text
+    # torch.save(small.model.state_dict(), "small.pt"): once, of the plain model's keys
+    assert not train.reviews
+    saved = next(note for note in train.changes if note.line == 15)
+    assert "get_state_dict() of the model that file prepares" in saved.text
+    assert (
+        "small.accelerator.wait_for_everyone()\n"
+        'small.accelerator.save(small.accelerator.get_state_dict(small.model), "small.pt")\n'
+    ) in train.converted.decode()
 
 
 def test_a_driver_of_a_subclass_whose_base_class_trains_prints_once_on_two_ranks(
@@ -1032,6 +1041,9 @@ def test_a_driver_of_a_subclass_whose_base_class_trains_prints_once_on_two_ranks
     result = launch(project / "train.py", cwd=project, timeout=300)
     assert_ok(result)
     assert result.stdout.splitlines().count("saved small.pt") == 1, result.stdout
+    torch = pytest.importorskip("torch")
+    saved = torch.load(project / "small.pt")
+    assert sorted(saved) == ["bias", "weight"]  # the plain model's keys, not module.weight
 
 
 _SKIPS_THE_BASE_INIT = """import torch.nn as nn
@@ -1687,3 +1699,83 @@ def test_an_engines_relative_import_is_read_from_the_drivers_folder(
     module = cst.parse_module(line + "\n")
     (small,) = module.body[0].body
     assert module.code_for_node(_rebased(small, package)).strip() == expected
+
+
+DRIVER_SAVES = FIXTURES / "projects" / "driver_saves_the_model_its_trainer_prepares"
+
+
+def test_a_driver_saves_the_model_its_trainer_prepares_once_with_plain_keys(tmp_path: Path):
+    """``torch.save(trainer.model.state_dict(), path)`` in the driver of a trainer whose own
+    conversion prepares ``self.model`` (realconv36's vae): as the trainer's own save, after a
+    barrier, once, of the unwrapped model's keys; the reload below waits for it."""
+    project, results = _results(DRIVER_SAVES, tmp_path)
+    train = results["train.py"]
+    assert not train.reviews, train.reviews
+    converted = train.converted.decode()
+    assert (
+        "        trainer.accelerator.wait_for_everyone()\n"
+        "        trainer.accelerator.save(\n"
+        '            trainer.accelerator.get_state_dict(trainer.model), "checkpoints/model.pt"\n'
+        "        )\n"
+    ) in converted
+    # the optimizer's state dict is its own (no wrapper keys): saved as it is, once
+    assert 'trainer.accelerator.save(\n        {"optimizer": trainer.optimizer.state_dict()}' in (
+        converted
+    )
+    read = converted.index('model.load_state_dict(torch.load("checkpoints/model.pt"))')
+    assert converted.rindex("trainer.accelerator.wait_for_everyone()", 0, read) > converted.index(
+        '"checkpoints/optimizer.pt"'
+    )
+    lines = {note.line: note.text for note in train.changes}
+    assert "of trainer.accelerator.get_state_dict()" in lines[20]
+    assert "get_state_dict" not in lines[21]
+    assert "this file's saves above now write on the main process only" in lines[23]
+    assert_ok(run_accelify("convert", project, "--write"))
+    assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        (  # a barrier under a per-rank condition would hang the ranks that skip it
+            '        torch.save(trainer.model.state_dict(), "checkpoints/model.pt")\n',
+            "        if torch.rand(1).item() > 0.5:\n"
+            '            torch.save(trainer.model.state_dict(), "checkpoints/model.pt")\n',
+            "unwrap_model(trainer.model).state_dict()",
+        ),
+        (  # the prepared wrapper pickled whole: no plain-keys form to write for it
+            '        torch.save(trainer.model.state_dict(), "checkpoints/model.pt")\n',
+            '        torch.save(trainer.model, "checkpoints/model.pt")\n',
+            "under if trainer.accelerator.is_main_process",
+        ),
+    ],
+)
+def test_a_driver_save_that_cannot_be_made_once_keeps_its_review_line(
+    tmp_path: Path, old: str, new: str, why: str
+):
+    project = tmp_path / "project"
+    shutil.copytree(DRIVER_SAVES, project)
+    train_py = project / "train.py"
+    source = train_py.read_text()
+    assert old in source
+    train_py.write_text(source.replace(old, new))
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    train = results["train.py"]
+    (review,) = [r for r in train.reviews if "checkpoints/model.pt" not in r.text]
+    assert "each process writes the same file" in review.text and why in review.text
+    assert "torch.save(trainer.model" in train.converted.decode()
+
+
+@pytest.mark.distributed
+def test_a_driver_saving_the_model_its_trainer_prepares_reloads_it_on_two_ranks(tmp_path: Path):
+    """realconv36's vae on 2 ranks: the reload crashed on ``module.``-prefixed keys."""
+    project = tmp_path / "project"
+    shutil.copytree(DRIVER_SAVES, project)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    assert_ok(run_accelify("convert", project, "--write"))
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    assert result.stdout == original.stdout

@@ -1464,6 +1464,21 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
             continue
         if _divided_as_added(statement.value):
             continue
+        by_index = _divided_by_the_last_index(scope, total, _step_counters(found.loop))
+        if by_index is not None:
+            index = by_index.value
+            loader = found.loop.iterable or "the loader"
+            found.unsure_at = sink
+            found.advice = (
+                f"divide {total} by len({loader}), the steps each rank takes (as many as the "
+                f"gathered steps), for the mean of the batches' means; {index} is one less"
+            )
+            return (
+                f"the metric at line {model.line(sink)} sums {mean[0]}, one batch's mean, and "
+                f"line {model.line(by_index)} divides {total} by {index}, the last index "
+                "enumerate handed the loop (its batches less one): on N ranks each rank takes "
+                "N times fewer steps, so the quotient changes with N"
+            )
         if not _divided(scope, total):
             found.unsure_at = sink
             found.advice = (
@@ -2422,6 +2437,32 @@ def _divided_as_added(value: cst.BaseExpression) -> bool:
         and isinstance(value.right, cst.Call)
         and dotted(value.right.func) == "len"
     )
+
+
+def _divided_by_the_last_index(
+    scope: cst.CSTNode, total: str, indices: set[str]
+) -> cst.Name | None:
+    """The ``num`` of ``total / num`` (``total /= num``) in ``scope`` where ``num`` is the index
+    ``enumerate`` hands the loop (`_step_counters`): after the loop it is the last index, this
+    rank's count of batches less one, which no number of ranks keeps in proportion (a
+    whole-set sum over it, gathered, reads other than on one process)."""
+    if not indices:
+        return None
+    for node in walk(scope):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+            read, over = node.left, node.right
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+            read, over = node.target, node.value
+        else:
+            continue
+        if (
+            isinstance(read, cst.Name)
+            and read.value == total
+            and isinstance(over, cst.Name)
+            and over.value in indices
+        ):
+            return over
+    return None
 
 
 def _divided(scope: cst.CSTNode, total: str) -> bool:

@@ -14,10 +14,10 @@ from typing import Any
 
 import libcst as cst
 
-from accelify.analysis import project_modules
+from accelify.analysis import names, project_modules
 from accelify.analysis.base_inits import own_init
 from accelify.analysis.facts import facts_of
-from accelify.analysis.script_model import ScriptModel, analyze
+from accelify.analysis.script_model import Kind, ScriptModel, analyze
 from accelify.analysis.side_effects import writes
 from accelify.analysis.star_imports import star_imported_names
 from accelify.analysis.syntax import dotted, is_docstring, walk
@@ -326,11 +326,14 @@ def _drives_another_file(
         elif not told:
             reviews.append(Note(model.line(call), _PRINT_ON_EVERY_RANK))
     wrapped = {name for e in driven for name in there[e.module].prepared}
-    reviews += _writes_on_every_rank(model, reach, wrapped)
+    models = {name for e in driven for name in _prepared_models(there[e.module])}
+    saved = _saves_once(model, reach, wrapped, models)
+    changes += [note for _, _, note in saved.values()]
+    reviews += _writes_on_every_rank(model, reach, wrapped, skip=set(saved))
     barrier = None
     if reach is not None:
         writers = [there[e.module] for e in driven if there[e.module].when != "converted alone"]
-        found_read = _read_back(model, reach[1], writers)
+        found_read = _read_back(model, reach[1], writers, own_saves=bool(saved))
         if found_read is not None and found_read[1] is None:
             reviews.append(
                 Note(
@@ -349,18 +352,26 @@ def _drives_another_file(
         changes.append(
             Note(
                 model.line(read),
-                f"{reach[0]}.wait_for_everyone() before this read of a file: the module it "  # type: ignore[index]
-                "trains through writes its files on the main process only, and the other ranks "
-                "would read before it has written",
+                f"{reach[0]}.wait_for_everyone() before this read of a file: "  # type: ignore[index]
+                + (
+                    "this file's saves above now write on the main process only"
+                    if saved
+                    else "the module it trains through writes its files on the main process only"
+                )
+                + ", and the other ranks would read before it has written",
             )
         )
     changes.sort(key=lambda n: n.line)
     reviews.sort(key=lambda n: n.line)
-    if reach is None or not (after or barrier):
+    if reach is None or not (after or barrier or saved):
         return Conversion(label, data, data, changes=changes, reviews=reviews, skipped=skipped)
     wait = statement(f"{reach[0]}.wait_for_everyone()")
-    visitor = _PrintThrough(after, reach[0], barrier[1] if barrier else None, wait)
-    rendered = render(module.visit(visitor), data)
+    replaced = {key: lines for key, (lines, _, _) in saved.items()}
+    visitor = _PrintThrough(after, reach[0], barrier[1] if barrier else None, wait, replaced)
+    converted = module.visit(visitor)
+    if saved:  # the saves it writes are long lines (the prints are left as they were)
+        converted = wrap_long_lines(converted, data)
+    rendered = render(converted, data)
     _check_parses(rendered, label, data)
     return Conversion(label, data, rendered, changes=changes, reviews=reviews)
 
@@ -369,6 +380,7 @@ def _writes_on_every_rank(
     model: ScriptModel,
     reach: tuple[str, cst.CSTNode] | None,
     wrapped: set[str] = frozenset(),  # type: ignore[assignment]
+    skip: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> list[Note]:
     """A line per statement of this file that writes a file (``torch.save(model.state_dict(),
     path)``): once the file it trains through is converted, every rank runs it and writes the
@@ -381,6 +393,8 @@ def _writes_on_every_rank(
     for write in writes(model, facts_of(model).placement, with_torch_save=True):
         if model.under_rank_guard(write.call):
             continue  # written once already (``if int(os.environ.get("RANK", 0)) == 0:``)
+        if id(project.own_line(model, write.call)) in skip:
+            continue  # saved once through the accelerator (`_saves_once`)
         if reach is not None and project.in_scope_below(model, write.call, reach[1]):
             acc = reach[0]
             guard = f"after {acc}.wait_for_everyone(), under if {acc}.is_main_process:"
@@ -399,6 +413,131 @@ def _writes_on_every_rank(
             )
         notes.append(Note(model.line(write.call), text))
     return notes
+
+
+def _prepared_models(there: _There) -> list[str]:
+    """What ``there``'s conversion prepares that is a model (``self.model``, not
+    ``self.optimizer``): the names its converted source binds to a model."""
+    if not there.prepared or not there.source:
+        return []
+    try:
+        other = analyze(cst.parse_module(there.source))
+    except cst.ParserSyntaxError:
+        return []
+    models = {binding.name for binding in other.of_kind(Kind.MODEL)}
+    return [name for name in there.prepared if name in models]
+
+
+def _saves_once(
+    model: ScriptModel,
+    reach: tuple[str, cst.CSTNode] | None,
+    wrapped: set[str],
+    models: set[str],
+) -> dict[int, tuple[list[cst.BaseStatement], cst.Call, Note]]:
+    """``torch.save(trainer.model.state_dict(), path)`` of a driver whose engine's conversion
+    prepares ``self.model`` and holds the accelerator (``trainer.accelerator``): the same save
+    the engine's own conversion writes, ``trainer.accelerator.wait_for_everyone()`` then
+    ``trainer.accelerator.save(trainer.accelerator.get_state_dict(trainer.model), path)`` (once,
+    on the main process, with the plain model's keys, not the DDP wrapper's ``module.``
+    ones). By the id of the save's statement: its new lines, the call and the change line.
+    Left to `_writes_on_every_rank`'s review line: a save whose statement is not a plain
+    ``torch.save(obj, path)`` line, one a condition the ranks may disagree on holds or some
+    ranks may not reach (the barrier would hang them), one of a prepared model itself
+    (``torch.save(trainer.model, path)``: a pickled wrapper)."""
+    if reach is None:
+        return {}
+    acc = reach[0]
+    instance = acc.rpartition(".")[0]
+    shared = facts_of(model).shared_files
+    found: dict[int, tuple[list[cst.BaseStatement], cst.Call, Note]] = {}
+    for write in writes(model, facts_of(model).placement, with_torch_save=True):
+        call = write.call
+        line = project.own_line(model, call)
+        if (
+            line is None
+            or len(line.body) != 1
+            or not isinstance(line.body[0], cst.Expr)
+            or line.body[0].value is not call
+            or not model.call_names(call) & names.TORCH_SAVE
+            or model.under_rank_guard(call)
+            or not project.in_scope_below(model, call, reach[1])
+            or shared.divergent_around(call) is not None
+            or shared.parting_before(call) is not None
+        ):
+            continue
+        if len(call.args) != 2 or any(a.keyword or a.star for a in call.args):
+            continue
+        obj = _gathered_state(call.args[0].value, acc, instance, wrapped, models)
+        if obj is None:
+            continue
+        path = cst.Module([]).code_for_node(call.args[1].value)
+        lines = [
+            statement(f"{acc}.wait_for_everyone()"),
+            statement(f"{acc}.save({obj}, {path})").with_changes(leading_lines=[]),
+        ]
+        lines[0] = lines[0].with_changes(leading_lines=line.leading_lines)
+        text = (
+            f"torch.save -> {acc}.wait_for_everyone(), then {acc}.save (once, on the main "
+            "process: every rank runs this line once the file it trains through is converted)"
+        )
+        if obj != cst.Module([]).code_for_node(call.args[0].value):
+            text += f", of {acc}.get_state_dict() of the model that file prepares (plain keys)"
+        found[id(line)] = (lines, call, Note(model.line(call), text))
+    return found
+
+
+def _gathered_state(
+    obj: cst.BaseExpression, acc: str, instance: str, wrapped: set[str], models: set[str]
+) -> str | None:
+    """``obj`` (what a driver saves) with each ``trainer.model.state_dict()`` of a model the
+    engine prepares as ``{acc}.get_state_dict(trainer.model)``; None where it holds such a
+    model otherwise (the wrapper itself) or a prepared object not known to be no model."""
+
+    class _Gather(cst.CSTTransformer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.left = False
+
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+            receiver = _state_of_model(original)
+            if receiver is None:
+                return updated
+            return cst.parse_expression(
+                f"{acc}.get_state_dict({cst.Module([]).code_for_node(receiver)})"
+            )
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            if _held(node) in models:
+                self.left = True  # not a receiver of .state_dict(): the wrapper itself
+            return True
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            # ``trainer.model.state_dict()`` is gathered whole: its receiver is no stray use
+            return _state_of_model(node) is None
+
+    def _state_of_model(call: cst.Call) -> cst.BaseExpression | None:
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "state_dict"
+            and not call.args
+            and _held(func.value) in models
+        ):
+            return func.value
+        return None
+
+    def _held(node: cst.BaseExpression) -> str | None:
+        name = dotted(node)
+        if not name or not name.startswith(instance + "."):
+            return None
+        attribute = f"self.{name[len(instance) + 1 :]}"
+        return attribute if attribute in wrapped else None
+
+    gather = _Gather()
+    rebuilt = cst.ensure_type(obj.visit(gather), cst.BaseExpression)  # type: ignore[arg-type]
+    if gather.left:
+        return None
+    return cst.Module([]).code_for_node(rebuilt)
 
 
 def _wrapped_state_saved(
@@ -478,7 +617,7 @@ def _builtin_prints(model: ScriptModel) -> list[cst.Call]:
 
 
 def _read_back(
-    model: ScriptModel, bound: cst.CSTNode, writers: list[_There]
+    model: ScriptModel, bound: cst.CSTNode, writers: list[_There], own_saves: bool = False
 ) -> tuple[cst.Call, cst.CSTNode | None] | None:
     """The first read of a file (``torch.load(f"{out}/best.pt")``) that every rank runs below
     ``bound`` (the statement that makes the trainer) in its scope, where a module this file
@@ -488,8 +627,9 @@ def _read_back(
     where the barrier goes (in ``for r in ...: trainer.fit(); torch.load(...)`` each round's
     read waits for that round's write), or None there when a condition the ranks may disagree
     on holds the read (a barrier there would hang the ranks that skip it: said, not placed).
-    None where nothing is read back."""
-    if not any(_writes_on_one_rank(there.source) for there in writers):
+    None where nothing is read back. ``own_saves``: this file's own saves were moved onto the
+    main process (`_saves_once`), so its reads wait for them alike."""
+    if not own_saves and not any(_writes_on_one_rank(there.source) for there in writers):
         return None
     shared = facts_of(model).shared_files
     for read, _ in sorted(shared.file_reads(), key=lambda pair: model.order(pair[0])):
@@ -524,21 +664,21 @@ class _PrintThrough(cst.CSTTransformer):
         accelerator: str,
         before: cst.CSTNode | None = None,
         wait: cst.BaseStatement | None = None,
+        replaced: dict[int, list[cst.BaseStatement]] | None = None,
     ) -> None:
         super().__init__()
         self.calls = {id(c) for c in calls}
         self.func = cst.parse_expression(f"{accelerator}.print")
         self.ahead_of, self.wait = before, wait
+        self.replaced = replaced or {}
 
     def _with_wait(self, original: Any, updated: Any) -> Any:
-        if self.ahead_of is None or self.wait is None:
-            return updated
-        body = list(updated.body)
-        for index, line in enumerate(original.body):
-            if line is self.ahead_of:
-                body.insert(index, self.wait)
-                return updated.with_changes(body=body)
-        return updated
+        body: list[Any] = []
+        for line, new in zip(original.body, updated.body, strict=True):
+            if line is self.ahead_of and self.wait is not None:
+                body.append(self.wait)
+            body.extend(self.replaced.get(id(line), [new]))
+        return updated.with_changes(body=body)
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         return self._with_wait(original, updated)

@@ -388,8 +388,18 @@ def _overridden_apart(ctx: Context, member: str) -> bool:
 #: starts with ``module.`` (``module.fc.weight``), so a printed list of parameter names, a
 #: weight-decay split or a freeze matched by name after prepare reads other names than on one
 #: process. Read through ``unwrap_model`` they are the model's own (on one process it returns
-#: the model itself: what is printed is unchanged).
-NAMED_MEMBERS = frozenset({"state_dict", "named_parameters", "named_buffers", "named_modules"})
+#: the model itself: what is printed is unchanged). ``children()``/``named_children()`` of the
+#: wrapper are its one child, the whole model (``("module", model)``), not the model's layers.
+NAMED_MEMBERS = frozenset(
+    {
+        "state_dict",
+        "named_parameters",
+        "named_buffers",
+        "named_modules",
+        "children",
+        "named_children",
+    }
+)
 
 
 def _attributes(ctx: Context) -> None:
