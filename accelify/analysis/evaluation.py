@@ -989,15 +989,7 @@ def _made_into_a_tensor(name: str, loop: Loop, facts: Facts) -> bool:
     ``torch.tensor(labels)``). Gathered in one tuple with a tensor, the pair is gathered as
     objects and comes back as one list, not the two values unpacked from it; gathered on its
     own, the ranks' lists are joined into one."""
-    model = facts.model
-    return any(
-        isinstance(node, cst.Call)
-        and node.args
-        and isinstance(node.args[0].value, cst.Name)
-        and node.args[0].value.value == name
-        and model.qualified(node.func) & _TENSOR_BUILDERS
-        for node in walk(loop.node.body)
-    )
+    return _handed_first(name, loop.node.body, _TENSOR_BUILDERS, facts.model)
 
 
 def _reads_the_models_loss(forward: cst.Call, model: ScriptModel) -> bool:
@@ -1122,13 +1114,21 @@ def _appended_to_joined_tensors(argument: cst.Arg, loop: Loop, facts: Facts) -> 
         return False
     listed = call.func.value.value
     scope = facts.placement.enclosing_function(loop.node) or model.module
+    return _handed_first(listed, scope, _TENSOR_JOINS, model)
+
+
+def _handed_first(
+    name: str, within: cst.CSTNode, functions: set[str] | frozenset[str], model: ScriptModel
+) -> bool:
+    """A call in ``within`` of one of ``functions`` (qualified names) is handed the name
+    ``name`` as its first argument: ``torch.tensor(labels)``, ``torch.cat(preds)``."""
     return any(
         isinstance(node, cst.Call)
         and node.args
         and isinstance(node.args[0].value, cst.Name)
-        and node.args[0].value.value == listed
-        and model.qualified(node.func) & _TENSOR_JOINS
-        for node in walk(scope)
+        and node.args[0].value.value == name
+        and model.qualified(node.func) & functions
+        for node in walk(within)
     )
 
 
