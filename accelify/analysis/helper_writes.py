@@ -87,6 +87,8 @@ def helper_writes(
             continue  # a method: the instance's class is not followed here
         if not isinstance(model.parent(call), cst.Expr):
             continue  # its value is used: every rank needs it
+        if side_effects.per_rank_path(model, call):
+            continue  # handed the rank (f"{out}/rank{accelerator.process_index}"): its own files
         key = (module.resolve(), member)
         if key not in known:
             known[key] = _writes_of(load, module, member)
