@@ -758,6 +758,15 @@ class UngatheredMetric(Rule):
             final="    final = accelerator.reduce(evaluate(model, eval_loader).float().sum())\n"
             "    final = [final]\n"
         ),
+        # review10b: handed to a function of the file that gathers what it is handed
+        _EVALUATED_TWICE.format(
+            final="    final = finish(accelerator, evaluate(model, eval_loader))\n"
+        ).replace(
+            "def main(",
+            "def finish(accelerator, preds):\n"
+            "    return accelerator.gather_for_metrics(preds)\n\n\n"
+            "def main(",
+        ),
         # the predictions' place of a helper's returned tuple gathered at the call
         # (`gather_for_metrics(evaluate(...)[0])`); its labels, per rank, are never read
         _TUPLE_EVAL.format(
@@ -2715,7 +2724,9 @@ def _combined_at(caller: ScriptModel, call: cst.Call, slot: tuple[int, int] | No
     argument = caller.parent(value)
     gather = caller.parent(argument) if isinstance(argument, cst.Arg) else None
     if isinstance(gather, cst.Call) and (
-        _is_collective(gather, accelerators) or combines_ranks(caller, gather)
+        _is_collective(gather, accelerators)
+        or combines_ranks(caller, gather)
+        or _reaches_a_gather(caller, gather, accelerators)
     ):
         return True
     statement = caller.parent(value)
@@ -2734,6 +2745,20 @@ def _combined_at(caller: ScriptModel, call: cst.Call, slot: tuple[int, int] | No
     if not isinstance(target, cst.Name):
         return False
     return _reduced_later(caller, statement, target.value, calls(caller), accelerators)
+
+
+def _reaches_a_gather(caller: ScriptModel, call: cst.Call, accelerators: set[str]) -> bool:
+    """``finish(accelerator, evaluate(model, loader))``: a function of the file that every rank
+    running it reaches a gather or reduce in (``return accelerator.gather_for_metrics(preds)``)
+    combines what it is handed, as the collective written at the call would; telling the call
+    to gather as well counted every rank's predictions N times (as `_combining_helper`)."""
+    found = caller.call_graph.callee(call)
+    if found is None:
+        return False
+    reach = facts_of(caller).collective_reach
+    return any(
+        _is_collective(collective, accelerators) for collective, _ in reach.reached_by(found[0])
+    )
 
 
 def _method_chain_of(caller: ScriptModel, value: cst.BaseExpression) -> cst.BaseExpression:
