@@ -336,6 +336,20 @@ class WrapperAttribute(Rule):
             11,
             12,
         ),
+        # ... nor does a lambda's parameter of that name
+        Example(
+            "from accelerate import Accelerator\n\n\n"
+            "def main(model, optimizer, loader, registry):\n"
+            "    accelerator = Accelerator()\n"
+            "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            "    best = max(registry, key=lambda model: model.score)\n"
+            "    for batch in loader:\n"
+            "        accelerator.backward(model(**batch).loss)\n"
+            "        optimizer.step()\n"
+            "    return model.generate(max_new_tokens=3), best\n",
+            11,
+            12,
+        ),
         # the batch unpacked into nested targets binds no model: `model` is still the wrapper
         Example(_NESTED_TARGETS.format(after="    print(model.weight)\n"), 7, 11),
         # a helper handed the policy and a frozen reference model: the policy is wrapped
@@ -821,6 +835,16 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # ... and a lambda its own parameter's
+        "from accelerate import Accelerator\n\n\n"
+        "def main(model, optimizer, loader, registry):\n"
+        "    accelerator = Accelerator()\n"
+        "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "    best = max(registry, key=lambda model: model.score)\n"
+        "    for batch in loader:\n"
+        "        accelerator.backward(model(**batch).loss)\n"
+        "        optimizer.step()\n"
+        "    return accelerator.unwrap_model(model).generate(max_new_tokens=3), best\n",
         # review10b: the comprehension reads its own item's member, not the wrapper's
         "from accelerate import Accelerator\n\n\n"
         "def main(model, optimizer, loader, registry):\n"
@@ -1866,23 +1890,33 @@ _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
 def _comprehension_target(script: ScriptModel, spelled: cst.Name) -> bool:
-    """``spelled`` is in the target of a comprehension's ``for``: Python 3 binds it in the
-    comprehension's own scope, never in the function around it (review10b: ``[model.name for
-    model in registry]`` after the prepare had made the prepared ``model`` count as rebound)."""
+    """``spelled`` is in the target of a comprehension's ``for`` (or a lambda's parameter):
+    Python 3 binds it in the comprehension's own scope, never in the function around it
+    (review10b: ``[model.name for model in registry]`` after the prepare had made the
+    prepared ``model`` count as rebound)."""
     for ancestor in script.ancestors(spelled):
         if isinstance(ancestor, cst.CompFor):
             return script.inside(spelled, ancestor.target)
-        if isinstance(ancestor, cst.BaseStatement | cst.Lambda):
+        if isinstance(ancestor, cst.Lambda):
+            return script.inside(spelled, ancestor.params)  # ``key=lambda model: ...``
+        if isinstance(ancestor, cst.BaseStatement):
             return False
     return False
 
 
 def _bound_by_a_comprehension(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
     """``at`` reads ``name`` inside a comprehension whose ``for`` binds it
-    (``[model.name for model in registry]``): the loop's own item, not the prepared model.
+    (``[model.name for model in registry]``), or a lambda's parameter of that name: the loop's
+    own item, not the prepared model.
     Not the first ``for``'s iterable, which the code around the comprehension evaluates."""
     for ancestor in script.ancestors(at):
-        if isinstance(ancestor, cst.BaseStatement | cst.Lambda):
+        if isinstance(ancestor, cst.Lambda):
+            if script.inside(at, ancestor.body) and any(
+                isinstance(node, cst.Name) and node.value == name for node in walk(ancestor.params)
+            ):
+                return True  # ``key=lambda model: model.score``: the lambda's own parameter
+            continue
+        if isinstance(ancestor, cst.BaseStatement):
             return False
         if not isinstance(ancestor, _COMPREHENSIONS):
             continue
