@@ -234,6 +234,16 @@ class SaveOutsideMainProcess(Rule):
         ),
     )
     good = (
+        # review10b: a file per rank named from the launcher's variable (each rank's RNG state,
+        # f"rng_{os.environ['RANK']}.pt"): N files, none racing another; guarded (the old fix)
+        # only rank 0's was saved
+        HEADER
+        + "import os, torch\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "accelerator.backward(model(x).sum())\n"
+        + "torch.save(torch.get_rng_state(), f\"rng_{os.environ['RANK']}.pt\")\n"
+        + "torch.save(torch.get_rng_state(), f\"rng_{os.getenv('LOCAL_RANK', '0')}.pt\")\n"
+        + "torch.save(torch.get_rng_state(), f\"rng_{os.environ.get('RANK')}.pt\")\n",
         # fixed source folders snapshotted into the run folder by every rank, nothing read
         # back (the second copy reads ./config, which no one writes): the same bytes on every
         # rank (a trainer copying its models/ and config/)

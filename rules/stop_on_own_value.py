@@ -1011,6 +1011,7 @@ class StopOnOwnValue(Rule):
                 if not own:
                     continue
                 accelerator = accelerator_name(script, backward.call)
+                flag = _agreed_flag(test.test, accelerator)
                 yield self.finding(
                     script,
                     node,
@@ -1019,9 +1020,8 @@ class StopOnOwnValue(Rule):
                         f"{script.line(test)} reads {own[0]}, this rank's own loss, so this "
                         f"rank alone returns here while the others go on to the backward at "
                         f"line {script.line(backward.call)} and wait in its all-reduce for it "
-                        f"(hang); test what every rank agrees on instead (`if "
-                        f"{accelerator}.gather(torch.isnan({own[0]})).any():`), so all of them "
-                        "return"
+                        f"(hang); test what every rank agrees on instead (`if {flag}:`), so "
+                        "all of them return"
                     ),
                 )
 
@@ -1291,6 +1291,21 @@ def _rank_guard_around(script: ScriptModel, node: cst.CSTNode) -> cst.If | None:
             return ancestor
         child = ancestor
     return None
+
+
+def _agreed_flag(test: cst.BaseExpression, accelerator: str) -> str:
+    """The test every rank agrees on that takes the place of ``test``: its own value gathered
+    over the ranks and any of them taken. ``torch.isnan(loss)`` (a tensor) is gathered as it
+    is; another test (``loss.item() > 100.0``, a bool) is made a tensor first: the advice
+    keeps the user's own test, not a NaN test it never made."""
+    code = cst.Module([]).code_for_node(test)
+    if (
+        isinstance(test, cst.Call)
+        and (dotted(test.func) or "").endswith("isnan")
+        and (dotted(test.func) == "torch.isnan" or not test.args)
+    ):
+        return f"{accelerator}.gather({code}).any()"
+    return f"{accelerator}.gather(torch.tensor({code}, device={accelerator}.device)).any()"
 
 
 def _loop_between(script: ScriptModel, node: cst.CSTNode, function: cst.FunctionDef) -> bool:

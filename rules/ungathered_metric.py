@@ -747,6 +747,26 @@ class UngatheredMetric(Rule):
         _EVALUATED_TWICE.format(
             final="    final = accelerator.gather_for_metrics(evaluate(model, eval_loader))\n"
         ),
+        # review10b: the second call's result bound to a name, then gathered by that name
+        _EVALUATED_TWICE.format(
+            final="    final = evaluate(model, eval_loader)\n"
+            "    final = accelerator.gather_for_metrics(final)\n"
+        ),
+        # review10b: a sum of the predictions reduced over the ranks (a gather of the call
+        # inside the reduce would count every rank's predictions N times)
+        _EVALUATED_TWICE.format(
+            final="    final = accelerator.reduce(evaluate(model, eval_loader).float().sum())\n"
+            "    final = [final]\n"
+        ),
+        # review10b: handed to a function of the file that gathers what it is handed
+        _EVALUATED_TWICE.format(
+            final="    final = finish(accelerator, evaluate(model, eval_loader))\n"
+        ).replace(
+            "def main(",
+            "def finish(accelerator, preds):\n"
+            "    return accelerator.gather_for_metrics(preds)\n\n\n"
+            "def main(",
+        ),
         # the predictions' place of a helper's returned tuple gathered at the call
         # (`gather_for_metrics(evaluate(...)[0])`); its labels, per rank, are never read
         _TUPLE_EVAL.format(
@@ -2699,10 +2719,14 @@ def _combined_at(caller: ScriptModel, call: cst.Call, slot: tuple[int, int] | No
         if place % slot[1] != slot[0]:
             return True
         value, slot = taken, None
+    if slot is None:
+        value = _method_chain_of(caller, value)
     argument = caller.parent(value)
     gather = caller.parent(argument) if isinstance(argument, cst.Arg) else None
     if isinstance(gather, cst.Call) and (
-        _is_collective(gather, accelerators) or combines_ranks(caller, gather)
+        _is_collective(gather, accelerators)
+        or combines_ranks(caller, gather)
+        or _reaches_a_gather(caller, gather, accelerators)
     ):
         return True
     statement = caller.parent(value)
@@ -2721,6 +2745,39 @@ def _combined_at(caller: ScriptModel, call: cst.Call, slot: tuple[int, int] | No
     if not isinstance(target, cst.Name):
         return False
     return _reduced_later(caller, statement, target.value, calls(caller), accelerators)
+
+
+def _reaches_a_gather(caller: ScriptModel, call: cst.Call, accelerators: set[str]) -> bool:
+    """``finish(accelerator, evaluate(model, loader))``: a function of the file that every rank
+    running it reaches a gather or reduce in (``return accelerator.gather_for_metrics(preds)``)
+    combines what it is handed, as the collective written at the call would; telling the call
+    to gather as well counted every rank's predictions N times (as `_combining_helper`)."""
+    found = caller.call_graph.callee(call)
+    if found is None:
+        return False
+    reach = facts_of(caller).collective_reach
+    return any(
+        _is_collective(collective, accelerators) for collective, _ in reach.reached_by(found[0])
+    )
+
+
+def _method_chain_of(caller: ScriptModel, value: cst.BaseExpression) -> cst.BaseExpression:
+    """The outermost call of a chain of methods called on ``value``
+    (``evaluate(model, loader).float().sum()``): a collective handed that chain
+    (``accelerator.reduce(evaluate(...).float().sum())``) combines the ranks' values as one
+    handed the call does; telling it to gather the call inside as well counted every rank's
+    predictions N times."""
+    while True:
+        member = caller.parent(value)
+        method = caller.parent(member) if isinstance(member, cst.Attribute) else None
+        if not (
+            isinstance(member, cst.Attribute)
+            and member.value is value
+            and isinstance(method, cst.Call)
+            and method.func is member
+        ):
+            return value
+        value = method
 
 
 def _constant_place(subscript: cst.Subscript) -> int | None:
@@ -2748,23 +2805,18 @@ def _gathered_at_every_call(
     accelerators: set[str],
 ) -> bool:
     """Every ``return`` of ``function`` hands back the total, whole or joined (``return
-    torch.cat(preds)``), and every call of it in the file is handed straight to a gather
-    (``accelerator.gather_for_metrics(evaluate(model, loader))``): combined there."""
+    torch.cat(preds)``), and every call of it in the file is combined (`_combined_at`: handed
+    to a gather, ``accelerator.gather_for_metrics(evaluate(model, loader))``, or bound to a
+    name a gather reaches before any other read): combined there."""
     returns = script.index.own_returns(function)
     if not returns or not all(_returns_total(script, r.value, target) for r in returns):
         return False
     sites = facts.flow.calls_of(function)
     if not sites:
         return False
-    for call, _ in sites:
-        argument = script.parent(call)
-        gather = script.parent(argument) if isinstance(argument, cst.Arg) else None
-        if not (
-            isinstance(gather, cst.Call)
-            and (_is_collective(gather, accelerators) or combines_ranks(script, gather))
-        ):
-            return False
-    return True
+    # handed to a gather, or bound to a name a gather reaches before any other read
+    # (``final = evaluate(...)`` then ``final = accelerator.gather_for_metrics(final)``)
+    return all(_combined_at(script, call, None) for call, _ in sites)
 
 
 def _returns_total(script: ScriptModel, value: cst.BaseExpression | None, target: str) -> bool:

@@ -321,6 +321,35 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-process run stops with AttributeError at the first call; one process hides it."
     bad = (
+        # review10b: a comprehension's `for model in registry` binds its own `model`; the
+        # prepared one below it is still the wrapper (and the comprehension's is no model)
+        Example(
+            "from accelerate import Accelerator\n\n\n"
+            "def main(model, optimizer, loader, registry):\n"
+            "    accelerator = Accelerator()\n"
+            "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            "    names = [model.name for model in registry]\n"
+            "    for batch in loader:\n"
+            "        accelerator.backward(model(**batch).loss)\n"
+            "        optimizer.step()\n"
+            "    return model.generate(max_new_tokens=3), names\n",
+            11,
+            12,
+        ),
+        # ... nor does a lambda's parameter of that name
+        Example(
+            "from accelerate import Accelerator\n\n\n"
+            "def main(model, optimizer, loader, registry):\n"
+            "    accelerator = Accelerator()\n"
+            "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            "    best = max(registry, key=lambda model: model.score)\n"
+            "    for batch in loader:\n"
+            "        accelerator.backward(model(**batch).loss)\n"
+            "        optimizer.step()\n"
+            "    return model.generate(max_new_tokens=3), best\n",
+            11,
+            12,
+        ),
         # the batch unpacked into nested targets binds no model: `model` is still the wrapper
         Example(_NESTED_TARGETS.format(after="    print(model.weight)\n"), 7, 11),
         # a helper handed the policy and a frozen reference model: the policy is wrapped
@@ -806,6 +835,26 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # ... and a lambda its own parameter's
+        "from accelerate import Accelerator\n\n\n"
+        "def main(model, optimizer, loader, registry):\n"
+        "    accelerator = Accelerator()\n"
+        "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "    best = max(registry, key=lambda model: model.score)\n"
+        "    for batch in loader:\n"
+        "        accelerator.backward(model(**batch).loss)\n"
+        "        optimizer.step()\n"
+        "    return accelerator.unwrap_model(model).generate(max_new_tokens=3), best\n",
+        # review10b: the comprehension reads its own item's member, not the wrapper's
+        "from accelerate import Accelerator\n\n\n"
+        "def main(model, optimizer, loader, registry):\n"
+        "    accelerator = Accelerator()\n"
+        "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "    names = [model.name for model in registry]\n"
+        "    for batch in loader:\n"
+        "        accelerator.backward(model(**batch).loss)\n"
+        "        optimizer.step()\n"
+        "    return accelerator.unwrap_model(model).generate(max_new_tokens=3), names\n",
         # a later loop's target, nested or not, binds `model` anew to the plain module
         _NESTED_TARGETS.format(
             after="for (model, tag), z in [((net, 'raw'), 1)]:\n    print(model.weight)\n"
@@ -1772,6 +1821,8 @@ def _prepared_model(
     says the author takes it for a wrapped model (an audio encoder built by an imported helper
     and only ever used as ``audio_encoder.module.encode(audio)``). ``called_as``: another
     spelling of the object (``trainer.model``) whose calls also show it is a model."""
+    if _bound_by_a_comprehension(script, name, at):
+        return False  # ``[model.name for model in registry]``: the loop's own ``model``
     facts = facts_of(script)
     here = script.order(at)
     scope = script.scope_of(at)
@@ -1825,12 +1876,58 @@ def _prepared_model(
     for spelled in binding_spellings(script, name):
         if isinstance(script.parent(spelled), cst.AssignTarget):
             continue  # ``model = ...``: judged above
+        if _comprehension_target(script, spelled):
+            continue  # ``[m.name for model in registry]``: binds in the comprehension alone
         if (
             statement_of_prepare < script.order(spelled) < here
             and script.scope_of(spelled) is scope
         ):
             return False
     return True
+
+
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _comprehension_target(script: ScriptModel, spelled: cst.Name) -> bool:
+    """``spelled`` is in the target of a comprehension's ``for`` (or a lambda's parameter):
+    Python 3 binds it in the comprehension's own scope, never in the function around it
+    (review10b: ``[model.name for model in registry]`` after the prepare had made the
+    prepared ``model`` count as rebound)."""
+    for ancestor in script.ancestors(spelled):
+        if isinstance(ancestor, cst.CompFor):
+            return script.inside(spelled, ancestor.target)
+        if isinstance(ancestor, cst.Lambda):
+            return script.inside(spelled, ancestor.params)  # ``key=lambda model: ...``
+        if isinstance(ancestor, cst.BaseStatement):
+            return False
+    return False
+
+
+def _bound_by_a_comprehension(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+    """``at`` reads ``name`` inside a comprehension whose ``for`` binds it
+    (``[model.name for model in registry]``), or a lambda's parameter of that name: the loop's
+    own item, not the prepared model.
+    Not the first ``for``'s iterable, which the code around the comprehension evaluates."""
+    for ancestor in script.ancestors(at):
+        if isinstance(ancestor, cst.Lambda):
+            if script.inside(at, ancestor.body) and any(
+                isinstance(node, cst.Name) and node.value == name for node in walk(ancestor.params)
+            ):
+                return True  # ``key=lambda model: model.score``: the lambda's own parameter
+            continue
+        if isinstance(ancestor, cst.BaseStatement):
+            return False
+        if not isinstance(ancestor, _COMPREHENSIONS):
+            continue
+        loop: cst.CompFor | None = ancestor.for_in
+        if script.inside(at, ancestor.for_in.iter):
+            continue
+        while loop is not None:
+            if any(isinstance(node, cst.Name) and node.value == name for node in walk(loop.target)):
+                return True
+            loop = loop.inner_for_in
+    return False
 
 
 def _calls_reading_a_global(script: ScriptModel, name: str, at: cst.CSTNode) -> list[cst.Call]:

@@ -1748,3 +1748,18 @@ def test_a_dict_of_loaders_prepared_whole_is_told_to_prepare_its_entries():
         'loaders["train"])`'
     ) in finding.message
     assert "Pass DataLoader" not in finding.message
+
+
+def test_a_return_before_the_backward_is_advised_its_own_test_gathered():
+    """ACC420's advice keeps the user's test (review10b): ``if loss.item() > 100.0: return``
+    was told to gather ``torch.isnan(loss)``, a test it never made."""
+    from rules.stop_on_own_value import _NAN_STEP
+
+    kept = the_finding(_NAN_STEP.format(nan="loss.item() > 100.0"), "ACC420")
+    assert (
+        "`if self.accelerator.gather(torch.tensor(loss.item() > 100.0, "
+        "device=self.accelerator.device)).any():`" in kept.message
+    )
+    assert "isnan" not in kept.message
+    nan = the_finding(_NAN_STEP.format(nan="torch.isnan(loss)"), "ACC420")
+    assert "`if self.accelerator.gather(torch.isnan(loss)).any():`" in nan.message

@@ -25,6 +25,7 @@ import libcst as cst
 from accelify.analysis import names, side_effects
 from accelify.analysis.outside_callers import Load, handed_calls
 from accelify.analysis.project_modules import read
+from accelify.analysis.split_shares import named_from_share
 from accelify.analysis.syntax import dotted, top_level_functions
 
 if TYPE_CHECKING:
@@ -87,6 +88,10 @@ def helper_writes(
             continue  # a method: the instance's class is not followed here
         if not isinstance(model.parent(call), cst.Expr):
             continue  # its value is used: every rank needs it
+        if side_effects.per_rank_path(model, call):
+            continue  # handed the rank (f"{out}/rank{accelerator.process_index}"): its own files
+        if any(named_from_share(model, argument.value) for argument in call.args):
+            continue  # handed an item of this rank's split_between_processes share: its files
         key = (module.resolve(), member)
         if key not in known:
             known[key] = _writes_of(load, module, member)

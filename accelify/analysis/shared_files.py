@@ -644,10 +644,11 @@ class SharedFiles:
     def named_from_share(self, write: cst.Call) -> bool:
         """The path ``write`` writes (or ``open(path, "w")`` opens) is named from this rank's
         share of a ``split_between_processes`` block around it (`split_shares`): each rank
-        writes the files of its own items."""
-        path = _path(self.model, write, WRITERS, WRITING_METHODS) or _path(
-            self.model, write, _OPENERS, {}
-        )
+        writes the files of its own items. Also through the handle a call is handed
+        (``json.dump(caption, f)`` in ``with open(f"out/{item['id']}.json", "w") as f``): its
+        file is the one the ``with`` opened."""
+        written = self._written_path(write)
+        path = written[0] if written is not None else _path(self.model, write, _OPENERS, {})
         return path is not None and named_from_share(self.model, path)
 
     def unique_per_process_path(self, opened: cst.Call) -> bool:

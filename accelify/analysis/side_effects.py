@@ -238,6 +238,8 @@ def per_rank_path(model: ScriptModel, call: cst.Call) -> bool:
         return True
     for argument in call.args:
         for node in walk(argument.value):
+            if _reads_the_launchers_rank(model, node):
+                return True
             name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
             if name is None:
                 continue
@@ -252,6 +254,29 @@ def per_rank_path(model: ScriptModel, call: cst.Call) -> bool:
                 )
             ):
                 return True
+    return False
+
+
+def _reads_the_launchers_rank(model: ScriptModel, node: cst.CSTNode) -> bool:
+    """``os.environ["RANK"]``, ``os.environ.get("LOCAL_RANK")``, ``os.getenv("RANK", "0")``:
+    the launcher's variable for this process's rank, another value on every rank
+    (``f"rng_{os.environ['RANK']}.pt"`` is one file per rank, as ``f"rng_{rank}.pt"`` is)."""
+    if not isinstance(node, cst.SimpleString):
+        return False
+    text = node.evaluated_value
+    if not (isinstance(text, str) and text in names.LAUNCHER_VARIABLES and "RANK" in text):
+        return False
+    holder = model.parent(node)
+    if isinstance(holder, cst.Index):
+        subscript = model.parent(model.parent(holder))
+        return isinstance(subscript, cst.Subscript) and (dotted(subscript.value) or "").endswith(
+            "environ"
+        )
+    if isinstance(holder, cst.Arg):
+        read = model.parent(holder)
+        return isinstance(read, cst.Call) and (dotted(read.func) or "").endswith(
+            ("getenv", "environ.get")
+        )
     return False
 
 
