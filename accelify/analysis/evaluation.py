@@ -2448,6 +2448,7 @@ def _divided_by_the_last_index(
     whole-set sum over it, gathered, reads other than on one process)."""
     if not indices:
         return None
+    indices = indices | _index_aliases(scope, indices)
     for node in walk(scope):
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
             read, over = node.left, node.right
@@ -2455,6 +2456,7 @@ def _divided_by_the_last_index(
             read, over = node.target, node.value
         else:
             continue
+        over = _bare_count(over)
         if (
             isinstance(read, cst.Name)
             and read.value == total
@@ -2463,6 +2465,45 @@ def _divided_by_the_last_index(
         ):
             return over
     return None
+
+
+def _index_aliases(scope: cst.CSTNode, indices: set[str]) -> set[str]:
+    """Names ``scope`` binds only to one of ``indices`` (``n = i`` after the loop, then
+    ``total / n``): the same last index under another name (review10a: the validation loss
+    divided through such a name was gathered, and its printed value changed with N)."""
+    bound: dict[str, bool] = {}
+    for node in walk(scope):
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+            from_index = isinstance(node.value, cst.Name) and node.value.value in indices
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            targets = [node.target]
+            from_index = False
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, cst.Name):
+                bound[target.value] = bound.get(target.value, True) and from_index
+    return {name for name, only in bound.items() if only}
+
+
+def _bare_count(over: cst.BaseExpression) -> cst.BaseExpression:
+    """``over`` without the casts and floors that keep its value: ``float(i)``, ``int(i)``,
+    ``max(i, 1)`` divide by the index as ``i`` does."""
+    while (
+        isinstance(over, cst.Call)
+        and isinstance(over.func, cst.Name)
+        and over.func.value in ("float", "int", "max")
+        and over.args
+        and all(arg.keyword is None and arg.star == "" for arg in over.args)
+    ):
+        counts = [
+            arg.value for arg in over.args if not isinstance(arg.value, (cst.Integer, cst.Float))
+        ]
+        if len(counts) != 1 or (over.func.value != "max" and len(over.args) != 1):
+            return over
+        over = counts[0]
+    return over
 
 
 def _divided(scope: cst.CSTNode, total: str) -> bool:
