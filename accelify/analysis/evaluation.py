@@ -966,7 +966,7 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
         name
         for name in found.gathered
         if (
-            _made_into_a_tensor(name, found.loop, facts)
+            _made_into_a_tensor(name, found, facts)
             if name in outputs
             else not tensor_batches and not _used_as_a_tensor(name, found.loop, facts)
         )
@@ -983,20 +983,48 @@ _TENSOR_BUILDERS = frozenset(
 )
 
 
-def _made_into_a_tensor(name: str, loop: Loop, facts: Facts) -> bool:
+def _made_into_a_tensor(name: str, found: Evaluation, facts: Facts) -> bool:
     """The loop hands a forward's output to ``torch.tensor(...)`` (or ``np.array``): a
     predicting method that returns a list (``labels = model.decode(x)``, then
-    ``torch.tensor(labels)``). Gathered in one tuple with a tensor, the pair is gathered as
-    objects and comes back as one list, not the two values unpacked from it; gathered on its
-    own, the ranks' lists are joined into one."""
+    ``torch.tensor(labels)``), also in the forward's own expression
+    (``np.array(model.decode(x))``, whose output is moved out); or the method the forward
+    calls is the file's and returns a list (``.tolist()``) at every return. Gathered in one
+    tuple with a tensor, the pair is gathered as objects and comes back as one list, not the
+    two values unpacked from it; gathered on its own, the ranks' lists are joined into one."""
     model = facts.model
-    return any(
-        isinstance(node, cst.Call)
-        and node.args
-        and isinstance(node.args[0].value, cst.Name)
-        and node.args[0].value.value == name
-        and model.qualified(node.func) & _TENSOR_BUILDERS
-        for node in walk(loop.node.body)
+    inline = name == found.extracted and found.forward is not None
+    for node in walk(found.loop.node.body):
+        if not (
+            isinstance(node, cst.Call)
+            and node.args
+            and model.qualified(node.func) & _TENSOR_BUILDERS
+        ):
+            continue
+        first = node.args[0].value
+        if isinstance(first, cst.Name) and first.value == name:
+            return True
+        if inline and first is found.forward:
+            return True
+    return found.forward is not None and _runs_a_method_returning_a_list(model, found.forward)
+
+
+def _runs_a_method_returning_a_list(model: ScriptModel, call: cst.Call) -> bool:
+    """``call`` runs a function of the file every return of which hands back a list: a
+    ``.tolist()``, a list display or a list comprehension (review10a: a ``decode`` method
+    returning ``argmax(-1).tolist()``, compared with the labels in a ``zip``)."""
+    target = callee(model, call)
+    if target is None:
+        return False
+    returns = model.index.own_returns(target[0])
+    return bool(returns) and all(
+        isinstance(r.value, (cst.List, cst.ListComp))
+        or (
+            isinstance(r.value, cst.Call)
+            and isinstance(r.value.func, cst.Attribute)
+            and r.value.func.attr.value == "tolist"
+            and not r.value.args
+        )
+        for r in returns
     )
 
 
