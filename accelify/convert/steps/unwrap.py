@@ -389,13 +389,15 @@ def _overridden_apart(ctx: Context, member: str) -> bool:
 #: weight-decay split or a freeze matched by name after prepare reads other names than on one
 #: process. Read through ``unwrap_model`` they are the model's own (on one process it returns
 #: the model itself: what is printed is unchanged). ``children()``/``named_children()`` of the
-#: wrapper are its one child, the whole model (``("module", model)``), not the model's layers.
+#: wrapper are its one child, the whole model (``("module", model)``), not the model's layers;
+#: ``modules()`` of the wrapper counts the wrapper too (review10a: a printed count grew by one).
 NAMED_MEMBERS = frozenset(
     {
         "state_dict",
         "named_parameters",
         "named_buffers",
         "named_modules",
+        "modules",
         "children",
         "named_children",
     }
