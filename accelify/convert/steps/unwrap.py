@@ -465,6 +465,16 @@ def _surely_after_prepare(ctx: Context, node: cst.CSTNode, name: str | None) -> 
     scope = ctx.model.scope_of(anchor)
     if ctx.model.scope_of(node) is scope:
         return ctx.model.line(node) > ctx.model.line(anchor)
+    instance = ctx.instance_outside_class(node)
+    if (
+        instance is not None
+        and name is not None
+        and name.startswith(f"{instance}.")
+        and isinstance(scope, cst.FunctionDef)
+        and scope.name.value == "__init__"
+    ):  # ``trainer.model`` read below ``trainer = Trainer(...)``, whose __init__ prepares it
+        # (review10a: ``list(trainer.model.children())[-1]`` was the DDP wrapper's one child)
+        return True
     function = ctx.facts.placement.enclosing_function(node)
     if function is None:
         return False
