@@ -1734,6 +1734,25 @@ def test_a_driver_saves_the_model_its_trainer_prepares_once_with_plain_keys(tmp_
     assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
 
 
+DRIVER_SAVES_ALIAS = (
+    FIXTURES / "projects" / "driver_saves_an_alias_of_the_model_its_trainer_prepares"
+)
+
+
+def test_a_driver_saves_an_alias_of_the_model_its_trainer_prepares_with_plain_keys(
+    tmp_path: Path,
+):
+    """``net = trainer.model`` then ``torch.save(net.state_dict(), path)`` (review10a): the
+    name is the prepared model, so its state is the accelerator's get_state_dict, not the DDP
+    wrapper's ``module.`` keys (the reload below crashed on 2 ranks)."""
+    _, results = _results(DRIVER_SAVES_ALIAS, tmp_path)
+    train = results["train.py"]
+    assert not train.reviews, train.reviews
+    converted = train.converted.decode()
+    assert "trainer.accelerator.get_state_dict(net)" in converted
+    assert "net.state_dict()" not in converted
+
+
 @pytest.mark.parametrize(
     ("old", "new", "why"),
     [

@@ -966,7 +966,7 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
         name
         for name in found.gathered
         if (
-            _made_into_a_tensor(name, found.loop, facts)
+            _made_into_a_tensor(name, found, facts)
             if name in outputs
             else not tensor_batches and not _used_as_a_tensor(name, found.loop, facts)
         )
@@ -983,13 +983,49 @@ _TENSOR_BUILDERS = frozenset(
 )
 
 
-def _made_into_a_tensor(name: str, loop: Loop, facts: Facts) -> bool:
+def _made_into_a_tensor(name: str, found: Evaluation, facts: Facts) -> bool:
     """The loop hands a forward's output to ``torch.tensor(...)`` (or ``np.array``): a
     predicting method that returns a list (``labels = model.decode(x)``, then
-    ``torch.tensor(labels)``). Gathered in one tuple with a tensor, the pair is gathered as
-    objects and comes back as one list, not the two values unpacked from it; gathered on its
-    own, the ranks' lists are joined into one."""
-    return _handed_first(name, loop.node.body, _TENSOR_BUILDERS, facts.model)
+    ``torch.tensor(labels)``), also in the forward's own expression
+    (``np.array(model.decode(x))``, whose output is moved out); or the method the forward
+    calls is the file's and returns a list (``.tolist()``) at every return. Gathered in one
+    tuple with a tensor, the pair is gathered as objects and comes back as one list, not the
+    two values unpacked from it; gathered on its own, the ranks' lists are joined into one."""
+    model = facts.model
+    inline = name == found.extracted and found.forward is not None
+    for node in walk(found.loop.node.body):
+        if not (
+            isinstance(node, cst.Call)
+            and node.args
+            and model.qualified(node.func) & _TENSOR_BUILDERS
+        ):
+            continue
+        first = node.args[0].value
+        if isinstance(first, cst.Name) and first.value == name:
+            return True
+        if inline and first is found.forward:
+            return True
+    return found.forward is not None and _runs_a_method_returning_a_list(model, found.forward)
+
+
+def _runs_a_method_returning_a_list(model: ScriptModel, call: cst.Call) -> bool:
+    """``call`` runs a function of the file every return of which hands back a list: a
+    ``.tolist()``, a list display or a list comprehension (review10a: a ``decode`` method
+    returning ``argmax(-1).tolist()``, compared with the labels in a ``zip``)."""
+    target = callee(model, call)
+    if target is None:
+        return False
+    returns = model.index.own_returns(target[0])
+    return bool(returns) and all(
+        isinstance(r.value, (cst.List, cst.ListComp))
+        or (
+            isinstance(r.value, cst.Call)
+            and isinstance(r.value.func, cst.Attribute)
+            and r.value.func.attr.value == "tolist"
+            and not r.value.args
+        )
+        for r in returns
+    )
 
 
 def _reads_the_models_loss(forward: cst.Call, model: ScriptModel) -> bool:
@@ -2448,6 +2484,7 @@ def _divided_by_the_last_index(
     whole-set sum over it, gathered, reads other than on one process)."""
     if not indices:
         return None
+    indices = indices | _index_aliases(scope, indices)
     for node in walk(scope):
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
             read, over = node.left, node.right
@@ -2455,6 +2492,7 @@ def _divided_by_the_last_index(
             read, over = node.target, node.value
         else:
             continue
+        over = _bare_count(over)
         if (
             isinstance(read, cst.Name)
             and read.value == total
@@ -2463,6 +2501,45 @@ def _divided_by_the_last_index(
         ):
             return over
     return None
+
+
+def _index_aliases(scope: cst.CSTNode, indices: set[str]) -> set[str]:
+    """Names ``scope`` binds only to one of ``indices`` (``n = i`` after the loop, then
+    ``total / n``): the same last index under another name (review10a: the validation loss
+    divided through such a name was gathered, and its printed value changed with N)."""
+    bound: dict[str, bool] = {}
+    for node in walk(scope):
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+            from_index = isinstance(node.value, cst.Name) and node.value.value in indices
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            targets = [node.target]
+            from_index = False
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, cst.Name):
+                bound[target.value] = bound.get(target.value, True) and from_index
+    return {name for name, only in bound.items() if only}
+
+
+def _bare_count(over: cst.BaseExpression) -> cst.BaseExpression:
+    """``over`` without the casts and floors that keep its value: ``float(i)``, ``int(i)``,
+    ``max(i, 1)`` divide by the index as ``i`` does."""
+    while (
+        isinstance(over, cst.Call)
+        and isinstance(over.func, cst.Name)
+        and over.func.value in ("float", "int", "max")
+        and over.args
+        and all(arg.keyword is None and arg.star == "" for arg in over.args)
+    ):
+        counts = [
+            arg.value for arg in over.args if not isinstance(arg.value, (cst.Integer, cst.Float))
+        ]
+        if len(counts) != 1 or (over.func.value != "max" and len(over.args) != 1):
+            return over
+        over = counts[0]
+    return over
 
 
 def _divided(scope: cst.CSTNode, total: str) -> bool:

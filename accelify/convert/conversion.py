@@ -467,7 +467,7 @@ def _saves_once(
             continue
         if len(call.args) != 2 or any(a.keyword or a.star for a in call.args):
             continue
-        obj = _gathered_state(call.args[0].value, acc, instance, wrapped, models)
+        obj = _gathered_state(call.args[0].value, acc, instance, wrapped, models, model)
         if obj is None:
             continue
         path = cst.Module([]).code_for_node(call.args[1].value)
@@ -487,7 +487,12 @@ def _saves_once(
 
 
 def _gathered_state(
-    obj: cst.BaseExpression, acc: str, instance: str, wrapped: set[str], models: set[str]
+    obj: cst.BaseExpression,
+    acc: str,
+    instance: str,
+    wrapped: set[str],
+    models: set[str],
+    model: ScriptModel | None = None,
 ) -> str | None:
     """``obj`` (what a driver saves) with each ``trainer.model.state_dict()`` of a model the
     engine prepares as ``{acc}.get_state_dict(trainer.model)``; None where it holds such a
@@ -511,6 +516,11 @@ def _gathered_state(
                 self.left = True  # not a receiver of .state_dict(): the wrapper itself
             return True
 
+        def visit_Name(self, node: cst.Name) -> bool:
+            if _alias(node) in models:
+                self.left = True  # ``m = trainer.model``, then ``m`` saved: the wrapper itself
+            return True
+
         def visit_Call(self, node: cst.Call) -> bool:
             # ``trainer.model.state_dict()`` is gathered whole: its receiver is no stray use
             return _state_of_model(node) is None
@@ -521,9 +531,21 @@ def _gathered_state(
             isinstance(func, cst.Attribute)
             and func.attr.value == "state_dict"
             and not call.args
-            and _held(func.value) in models
+            and (_held(func.value) or _alias(func.value)) in models
         ):
             return func.value
+        return None
+
+    def _alias(node: cst.BaseExpression) -> str | None:
+        """The engine's model a plain name of the driver is set to (``m = trainer.model``,
+        review10a: ``m.state_dict()`` was saved with the wrapper's ``module.`` keys)."""
+        if model is None or not isinstance(node, cst.Name):
+            return None
+        for _, value in model.index.values_set_to(node.value):
+            if isinstance(value, cst.BaseExpression):
+                held = _held(value)
+                if held in models:
+                    return held
         return None
 
     def _held(node: cst.BaseExpression) -> str | None:

@@ -222,8 +222,8 @@ def _gathered_apart(apart: list[str], outputs: list[str]) -> str:
     if made:
         its = "its" if len(made) == 1 else "their"
         text += (
-            f"; {', '.join(made)} on {its} own: the forward's output is made a tensor later "
-            "(torch.tensor), so it is a list here, which a tuple would gather as objects"
+            f"; {', '.join(made)} on {its} own: the forward's output is a list here (made a "
+            "tensor later, or returned as a list), which a tuple would gather as objects"
         )
     return text
 

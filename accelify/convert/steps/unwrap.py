@@ -389,13 +389,15 @@ def _overridden_apart(ctx: Context, member: str) -> bool:
 #: weight-decay split or a freeze matched by name after prepare reads other names than on one
 #: process. Read through ``unwrap_model`` they are the model's own (on one process it returns
 #: the model itself: what is printed is unchanged). ``children()``/``named_children()`` of the
-#: wrapper are its one child, the whole model (``("module", model)``), not the model's layers.
+#: wrapper are its one child, the whole model (``("module", model)``), not the model's layers;
+#: ``modules()`` of the wrapper counts the wrapper too (review10a: a printed count grew by one).
 NAMED_MEMBERS = frozenset(
     {
         "state_dict",
         "named_parameters",
         "named_buffers",
         "named_modules",
+        "modules",
         "children",
         "named_children",
     }
@@ -463,6 +465,16 @@ def _surely_after_prepare(ctx: Context, node: cst.CSTNode, name: str | None) -> 
     scope = ctx.model.scope_of(anchor)
     if ctx.model.scope_of(node) is scope:
         return ctx.model.line(node) > ctx.model.line(anchor)
+    instance = ctx.instance_outside_class(node)
+    if (
+        instance is not None
+        and name is not None
+        and name.startswith(f"{instance}.")
+        and isinstance(scope, cst.FunctionDef)
+        and scope.name.value == "__init__"
+    ):  # ``trainer.model`` read below ``trainer = Trainer(...)``, whose __init__ prepares it
+        # (review10a: ``list(trainer.model.children())[-1]`` was the DDP wrapper's one child)
+        return True
     function = ctx.facts.placement.enclosing_function(node)
     if function is None:
         return False
