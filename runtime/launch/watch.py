@@ -108,8 +108,14 @@ class Watcher:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop watching; a restart the watch had not yet seen is announced now, before the
+        run's last word: forked ranks can start again and fail within one poll, and the agent
+        returns before the watch sees their attempt (the announcement went missing)."""
         self._stop.set()
         self._thread.join(timeout=5)
+        attempt = self.last_attempt()
+        if not self._thread.is_alive() and attempt is not None and attempt > self._announced:
+            self._announce_restart(attempt)
 
     def verdict(self, attempt: int) -> Verdict | None:
         return self.verdicts.get(attempt)
