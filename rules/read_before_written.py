@@ -186,8 +186,13 @@ class ReadBeforeWritten(Rule):
     load the file in its ``else:`` (or under an ``if not accelerator.is_main_process:`` below it); a
     barrier in the readers' arm before the read (matched by one after the write), or between
     the two ``if``s, orders them, and so does a ``main_process_first()`` around both (the others
-    enter it once the main process has left). A file every rank writes itself (``torch.save``
-    unguarded) is ACC201's."""
+    enter it once the main process has left), and so is a read in ``if not
+    accelerator.is_main_process:`` below an ``accelerator.save`` every rank calls. A folder's
+    file counts as the folder writer's only when it is one such a writer makes (weights,
+    configs, a tokenizer's files), ``train_args.json`` in it is not. A barrier inside a loop
+    taken on the loop's first pass (``if step % 2 == 0:`` over ``range``) orders every later
+    pass's read of a file written once above the loop. A file every rank writes itself
+    (``torch.save`` unguarded) is ACC201's."""
 
     code = "ACC212"
     name = "read-before-written"
@@ -439,8 +444,88 @@ class ReadBeforeWritten(Rule):
             7,
             13,
         ),
+        # accelerator.save called by every rank, the others read it in their own arm (lintfix24)
+        Example(
+            HEADER
+            + "import torch\n"
+            + "accelerator.save(accelerator.get_state_dict(model), 'best.pt')\n"
+            + "if not accelerator.is_main_process:\n"
+            + "    state = torch.load('best.pt')\n",
+            6,
+            13,
+        ),
+        # a helper saves the model into a folder and reads its weights file back at once
+        Example(
+            HEADER
+            + "import torch\n\n\ndef save_and_reload(model, path):\n"
+            + "    accelerator.save_model(model, path)\n"
+            + "    return torch.load(path + '/pytorch_model.bin')\n",
+            8,
+            12,
+        ),
+        # Accelerate's loader of the folder save_model just wrote
+        Example(
+            HEADER
+            + "from accelerate.utils import load_checkpoint_in_model\n"
+            + "accelerator.save_model(model, 'out')\n"
+            + "load_checkpoint_in_model(accelerator.unwrap_model(model), 'out')\n",
+            5,
+            1,
+        ),
+        # the main process writes through open(..., 'w'); every rank opens the file next
+        Example(
+            HEADER
+            + "import json\n"
+            + "if accelerator.is_main_process:\n"
+            + "    with open('stats.json', 'w') as f:\n"
+            + "        json.dump(stats, f)\n"
+            + "with open('stats.json') as f:\n"
+            + "    stats = json.load(f)\n",
+            7,
+            6,
+        ),
+        # a barrier on odd steps only, the write made once above the loop: step 0 reads first
+        Example(
+            HEADER
+            + "import torch\n"
+            + "if accelerator.is_main_process:\n"
+            + "    torch.save(state, 'init.pt')\n"
+            + "for step in range(3):\n"
+            + "    if step % 2 == 1:\n"
+            + "        accelerator.wait_for_everyone()\n"
+            + "        continue\n"
+            + "    state = torch.load('init.pt')\n",
+            10,
+            13,
+        ),
     )
     good = (
+        # ... on even steps: step 0 waits, after the write and before any pass reads
+        HEADER
+        + "import torch\n"
+        + "if accelerator.is_main_process:\n"
+        + "    torch.save(state, 'init.pt')\n"
+        + "for step in range(3):\n"
+        + "    if step % 2 == 0:\n"
+        + "        accelerator.wait_for_everyone()\n"
+        + "        continue\n"
+        + "    state = torch.load('init.pt')\n",
+        # save_pretrained writes the model's own files; another file in the folder (written
+        # before, or by someone else) is not its write
+        HEADER
+        + "import json\nimport os\n"
+        + "accelerator.unwrap_model(model).save_pretrained(\n"
+        + "    out, is_main_process=accelerator.is_main_process, save_function=accelerator.save\n"
+        + ")\n"
+        + "with open(os.path.join(out, 'train_args.json')) as f:\n"
+        + "    settings = json.load(f)\n",
+        # the others read in their own arm after a barrier every rank reached
+        HEADER
+        + "import torch\n"
+        + "accelerator.save(accelerator.get_state_dict(model), 'best.pt')\n"
+        + "accelerator.wait_for_everyone()\n"
+        + "if not accelerator.is_main_process:\n"
+        + "    state = torch.load('best.pt')\n",
         # a barrier between the save and the call of the lambda that loads
         HEADER
         + "import torch\n\n\ndef train(model, model_path):\n"
@@ -1063,14 +1148,63 @@ def _barriers_between(
             continue
         named = isinstance(call.func, cst.Attribute) and call.func.attr.value in _BARRIERS
         parent = script.parent(call)
-        if not named and (parent is None or reach.synchronising_in(parent) is None):
-            continue  # ``PartialState().wait_for_everyone()``, ``dist.barrier()`` are named
+        found = None if named or parent is None else reach.synchronising_in(parent)
+        if not named and (found is None or not (found is call or script.inside(found, call))):
+            # ``PartialState().wait_for_everyone()``, ``dist.barrier()`` are named; a call that
+            # reaches no collective itself is none, also where its statement's block holds one
+            # (``range(3)`` of a ``for`` whose body waits only on some passes)
+            continue
         branch = _skipped_branch(script, call, write, read)
-        if branch is None:
+        if branch is None or _taken_on_the_first_pass(script, branch, write):
             always.append(call)
         else:
             sometimes.append((call, branch))
     return always, sometimes
+
+
+def _taken_on_the_first_pass(
+    script: ScriptModel, branch: cst.If | cst.MatchCase, write: cst.Call
+) -> bool:
+    """``for step in range(n): if step % 2 == 0: accelerator.wait_for_everyone()`` below a
+    write made once, above the loop: the first pass (``step == 0``) takes the barrier, after
+    the write and before any pass reads, so every later read is ordered. Only a test of the
+    loop's own counter and constants, the loop a ``range`` with a constant start, and the write
+    outside that loop (a write made again each pass needs a barrier on each)."""
+    if not isinstance(branch, cst.If):
+        return False
+    loop = next((a for a in script.ancestors(branch) if isinstance(a, cst.For | cst.While)), None)
+    if (
+        not isinstance(loop, cst.For)
+        or script.inside(write, loop)
+        or not isinstance(loop.target, cst.Name)
+        or not isinstance(loop.iter, cst.Call)
+        or dotted(loop.iter.func) != "range"
+        or not loop.iter.args
+        or any(a.keyword is not None or a.star for a in loop.iter.args)
+    ):
+        return False
+    start = loop.iter.args[0].value if len(loop.iter.args) > 1 else cst.Integer("0")
+    if not isinstance(start, cst.Integer):
+        return False
+    counter = loop.target.value
+    allowed = (
+        cst.Comparison, cst.ComparisonTarget, cst.BinaryOperation, cst.UnaryOperation,
+        cst.BooleanOperation, cst.Integer, cst.Name, cst.BaseBinaryOp, cst.BaseCompOp,
+        cst.BaseUnaryOp, cst.BaseBooleanOp, cst.BaseParenthesizableWhitespace,
+        cst.LeftParen, cst.RightParen,
+    )  # fmt: skip
+    for node in walk(branch.test):
+        if (
+            not isinstance(node, allowed)
+            or isinstance(node, cst.Power | cst.LeftShift)  # no huge number to compute
+            or (isinstance(node, cst.Name) and node.value != counter)
+        ):
+            return False
+    code = script.module.code_for_node(branch.test)  # the counter, integers and operators only
+    try:
+        return bool(eval(code, {"__builtins__": {}}, {counter: start.evaluated_value}))
+    except (ArithmeticError, TypeError, ValueError):
+        return False
 
 
 def _before_the_write(script: ScriptModel, call: cst.Call, write: cst.Call) -> bool:

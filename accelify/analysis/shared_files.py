@@ -70,6 +70,12 @@ READERS = {
     "pandas.read_json": (0, "path_or_buf"),
     "pandas.read_parquet": (0, "path"),
     "builtins.open": (0, "file"),
+    # Accelerate's loader of a checkpoint (a weights file, or the folder save_model wrote)
+    "accelerate.load_checkpoint_in_model": (1, "checkpoint"),
+    "accelerate.utils.load_checkpoint_in_model": (1, "checkpoint"),
+    "accelerate.utils.modeling.load_checkpoint_in_model": (1, "checkpoint"),
+    "accelerate.load_checkpoint_and_dispatch": (1, "checkpoint"),
+    "accelerate.big_modeling.load_checkpoint_and_dispatch": (1, "checkpoint"),
 }
 READING_METHODS = {"from_pretrained": (0, "pretrained_model_name_or_path")}
 #: Calls that list a folder, and where its path (or pattern) is: they read which files the
@@ -115,6 +121,15 @@ WRITING_METHODS = {
 }
 #: Methods that write a model into the folder they are handed.
 _FOLDER_WRITERS = frozenset({"save_model", "save_pretrained"})
+#: The files those folder writers put there (a model's weights and configs, a tokenizer's or
+#: processor's files, a diffusers pipeline's): a file of another name in the folder
+#: (``train_args.json`` written earlier, or by someone else) is not the write's.
+_FOLDER_WRITTEN = re.compile(
+    r"(model|weights|diffusion_pytorch_model|adapter|config|tokenizer|vocab|merges|spiece"
+    r"|sentencepiece|special_tokens|added_tokens|chat_template|scheduler|preprocessor"
+    r"|processor|pytorch_|tf_|flax_|.*\.(safetensors|bin|pt|pth|ckpt|model))",
+    re.IGNORECASE,
+)
 #: Calls that open a file, and where their path is.
 _OPENERS = {"builtins.open": (0, "file")}
 #: Calls that delete a file, and where their path is.
@@ -364,6 +379,9 @@ class SharedFiles:
         if isinstance(path, cst.Name):
             values = self._values_of(path.value, path)
             path = values[0] if len(values) == 1 else path
+        spliced = _spliced_folder(path)
+        if spliced is not None:
+            return spliced
         if not isinstance(path, cst.Call) or _JOIN not in self.model.call_names(path):
             return None
         parts = [a.value for a in path.args if a.keyword is None and not a.star]
@@ -418,7 +436,10 @@ class SharedFiles:
         if not (isinstance(func, cst.Attribute) and func.attr.value in _FOLDER_WRITERS):
             return False
         folder = self._folder(read_path)
-        return folder is not None and self._same_file(path, folder)
+        if folder is None or not self._same_file(path, folder):
+            return False
+        name = _file_name(read_path)
+        return name is None or _FOLDER_WRITTEN.match(name) is not None
 
     @cached_property
     def read_by_the_other_ranks(self) -> list[tuple[SharedFile, cst.If]]:
@@ -434,8 +455,14 @@ class SharedFiles:
             (call, path)
             for call in self.model.calls
             if (path := self._written_by_one_rank(call)) is not None  # most calls: None at once
-            and self.model.under_rank_guard(call)
             and not side_effects.per_rank_path(self.model, call)
+            and (
+                self.model.under_rank_guard(call)
+                # ``accelerator.save(...)``, ``save_pretrained(..., is_main_process=...)``:
+                # called by every rank, written by the main process
+                or _accelerator_saving(self.model, call) is not None
+                or side_effects.main_process_only(call)
+            )
         ]
         found = []
         for read, read_path in self._reads() if writes else ():
@@ -446,8 +473,12 @@ class SharedFiles:
             for write, path in writes:
                 if (
                     self.placement.enclosing_function(write) is not function
-                    or not self._other_ranks(write, read, guard)
-                    or not self._same_file(path, read_path)
+                    or not (
+                        self._other_ranks(write, read, guard)
+                        if self.model.under_rank_guard(write)
+                        else self._past_the_main_process(write, read, guard)
+                    )
+                    or not self._reads_what_it_wrote(write, path, read_path)
                 ):
                     continue
                 found.append((SharedFile(write, read, path, self.per_process(path)), guard))
@@ -474,6 +505,22 @@ class SharedFiles:
         if negated is None:
             negated, other = _negated(wrote.test), guard.test
         return negated is not None and code(negated) == code(other)
+
+    def _past_the_main_process(self, write: cst.Call, read: cst.Call, guard: cst.If) -> bool:
+        """``write`` (every rank calls it, the main process writes) runs above ``read``, which
+        only the other ranks run: in ``if not accelerator.is_main_process:`` or in the ``else``
+        of ``if accelerator.is_main_process:``."""
+        model = self.model
+        if model.order(write) > model.order(read) or model.inside(write, guard):
+            return False
+        negated = _negated(guard.test)
+        if negated is not None:
+            return model.inside(read, guard.body) and model.reads_rank(negated)
+        return (
+            guard.orelse is not None
+            and model.inside(read, guard.orelse)
+            and model.reads_rank(guard.test)
+        )
 
     def _called_in_order(
         self, write: cst.Call, read: cst.Call
@@ -504,6 +551,9 @@ class SharedFiles:
             return _path(self.model, call, {}, {saving: ACCELERATOR_WRITERS[saving]})
         # asked of every call of the file: whether it writes at all is the cheap question
         path = _path(self.model, call, WRITERS, WRITING_METHODS) or _unwrapped_write(call)
+        if path is None and side_effects.opens_for_writing(call):
+            # ``with open(path, "w") as f: json.dump(stats, f)`` on the main process
+            path = argument_value(call, "file", 0)
         if path is None:
             return None
         if self.model.under_rank_guard(call) or side_effects.main_process_only(call):
@@ -1710,6 +1760,49 @@ def _joined(path: cst.BaseExpression, model: ScriptModel) -> str | None:
         return None
     text = re.sub(r"/+", "/", text).removeprefix("./")
     return f"joined:{text}" if "/" in text else None
+
+
+def _spliced_folder(path: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``out`` of ``out + "/model.safetensors"`` or ``f"{out}/model.safetensors"``: a file
+    name spliced onto a folder's value with one ``/``; None for any other spelling."""
+    if isinstance(path, cst.BinaryOperation) and isinstance(path.operator, cst.Add):
+        name = path.right
+        if isinstance(name, cst.SimpleString) and isinstance(name.evaluated_value, str):
+            text = name.evaluated_value
+            if text.startswith("/") and "/" not in text[1:] and len(text) > 1:
+                return path.left
+        return None
+    if isinstance(path, cst.FormattedString) and len(path.parts) == 2:
+        folder, name = path.parts
+        if (
+            isinstance(folder, cst.FormattedStringExpression)
+            and folder.conversion is None
+            and folder.format_spec is None
+            and isinstance(name, cst.FormattedStringText)
+            and name.value.startswith("/")
+            and "/" not in name.value[1:]
+            and len(name.value) > 1
+        ):
+            return folder.expression
+    return None
+
+
+def _file_name(path: cst.BaseExpression) -> str | None:
+    """The constant last part of a path in a folder (``"config.json"`` of
+    ``os.path.join(out, "config.json")``, of ``out + "/config.json"`` or of
+    ``f"{out}/config.json"``); None where it is not a constant."""
+    last: cst.BaseExpression | cst.BaseFormattedStringContent | None = None
+    if isinstance(path, cst.Call) and path.args:
+        last = path.args[-1].value
+    elif isinstance(path, cst.BinaryOperation):
+        last = path.right
+    elif isinstance(path, cst.FormattedString) and path.parts:
+        last = path.parts[-1]
+    if isinstance(last, cst.SimpleString) and isinstance(last.evaluated_value, str):
+        return last.evaluated_value.rsplit("/", 1)[-1] or None
+    if isinstance(last, cst.FormattedStringText):
+        return last.value.rsplit("/", 1)[-1] or None
+    return None
 
 
 def _parameters(function: cst.FunctionDef | cst.Lambda) -> set[str]:
