@@ -202,6 +202,38 @@ _FLAG_SET_BY_SETATTR = (
 )
 
 
+#: A DeepSpeed config spelt in the script and handed to the plugin; the main process alone
+#: asks for the model's state dict.
+_SPELLED_DS_CONFIG = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from accelerate.utils import DeepSpeedPlugin\n\n"
+    'ds_config = {{"zero_optimization": {{"stage": {stage}}}}}\n'
+    "plugin = DeepSpeedPlugin(hf_ds_config=ds_config)\n"
+    "accelerator = Accelerator(deepspeed_plugin=plugin)\n"
+    "model, optimizer = accelerator.prepare(model, optimizer)\n"
+    "accelerator.backward(model(x).mean())\n"
+    "optimizer.step()\n"
+    "if accelerator.is_main_process:\n"
+    "    state = accelerator.get_state_dict(model)\n"
+    "    torch.save(state, 'model.pt')\n"
+)
+
+_CALLED_BY_ANOTHER_NAME = (
+    "from accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model = self.accelerator.prepare(model)\n"
+    "{alias}"
+    "\n    def sync(self):\n"
+    "{sync}"
+    "\n    def fit(self):\n"
+    "        if self.accelerator.is_main_process:\n"
+    "            {call}\n"
+)
+
+
 class CollectiveOnSomeRanks(Rule):
     """A collective (``wait_for_everyone``, ``gather``, ``reduce``, ``main_process_first``,
     ``save_state`` under DeepSpeed/FSDP or accelify's runtime, ``get_state_dict`` under FSDP
@@ -517,8 +549,40 @@ class CollectiveOnSomeRanks(Rule):
             18,
             13,
         ),
+        # the method reached by another name: set with setattr, or got by getattr (lintfix24)
+        Example(
+            _CALLED_BY_ANOTHER_NAME.format(
+                alias='        setattr(self, "m", self.sync)\n',
+                sync="        self.accelerator.wait_for_everyone()\n",
+                call="self.m()",
+            ),
+            15,
+            13,
+        ),
+        Example(
+            _CALLED_BY_ANOTHER_NAME.format(
+                alias="",
+                sync="        self.accelerator.wait_for_everyone()\n",
+                call='getattr(self, "sync")()',
+            ),
+            14,
+            13,
+        ),
+        # the DeepSpeed config the script spells asks for ZeRO-3: get_state_dict gathers
+        Example(_SPELLED_DS_CONFIG.format(stage=3), 12, 13),
     )
     good = (
+        # ... stage 2: every rank holds the whole weights, no gather (lintfix24)
+        _SPELLED_DS_CONFIG.format(stage=2),
+        # ... a method that waits for nobody, by either name
+        _CALLED_BY_ANOTHER_NAME.format(
+            alias='        setattr(self, "m", self.sync)\n',
+            sync="        print('synced')\n",
+            call="self.m()",
+        ),
+        _CALLED_BY_ANOTHER_NAME.format(
+            alias="", sync="        print('synced')\n", call='getattr(self, "sync")()'
+        ),
         # the override sums this rank's batches and combines nothing: no collective
         _SUBCLASS_EVALUATES.format(evaluate="        return total.item()\n"),
         # a flag setattr sets to a setting, the same on every rank
@@ -824,4 +888,14 @@ def _guard_note(script: ScriptModel, call: cst.Call) -> str:
 
 
 def _called(call: cst.Call) -> str:
-    return dotted(call.func) or "this"
+    """The called name: ``self.sync`` also for ``getattr(self, "sync")(...)``."""
+    func = call.func
+    if (
+        isinstance(func, cst.Call)
+        and dotted(func.func) == "getattr"
+        and len(func.args) >= 2
+        and isinstance(func.args[1].value, cst.SimpleString)
+        and dotted(func.args[0].value) is not None
+    ):
+        return f"{dotted(func.args[0].value)}.{func.args[1].value.evaluated_value}"
+    return dotted(func) or "this"

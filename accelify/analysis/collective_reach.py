@@ -343,22 +343,73 @@ class CollectiveReach:
         return [own, *overrides]
 
     def _own_method(self, call: cst.Call) -> cst.FunctionDef | None:
-        """``self.train_step(...)``: the method of the class the call is in."""
-        func = call.func
-        if not (isinstance(func, cst.Attribute) and dotted(func.value) == "self"):
+        """``self.train_step(...)``: the method of the class the call is in; also
+        ``getattr(self, "train_step")(...)`` (a constant name), and ``self.step()`` where the
+        class sets ``self.step`` to one of its methods (``setattr(self, "step",
+        self.train_step)``, ``self.step = self.train_step``)."""
+        name = _method_of_self(call.func)
+        if name is None:
             return None
         owner = self.placement.class_of(call)
         if owner is None:
             return None
-        return next(
-            (
-                statement
-                for statement in owner.body.body
-                if isinstance(statement, cst.FunctionDef)
-                and statement.name.value == func.attr.value
-            ),
-            None,
-        )
+        methods = {
+            statement.name.value: statement
+            for statement in owner.body.body
+            if isinstance(statement, cst.FunctionDef)
+        }
+        if name not in methods:
+            name = self._aliased_method(owner, name, methods) or name
+        return methods.get(name)
+
+    def _aliased_method(
+        self, owner: cst.ClassDef, name: str, methods: dict[str, cst.FunctionDef]
+    ) -> str | None:
+        """The method ``self.<name>`` is set to in ``owner`` (one method, wherever it is set):
+        ``setattr(self, "m", self.sync)`` or ``self.m = self.sync``."""
+        found: set[str] = set()
+        for node in walk(owner):
+            value = None
+            if (
+                isinstance(node, cst.Call)
+                and dotted(node.func) == "setattr"
+                and len(node.args) == 3
+            ):
+                target, key, value = (a.value for a in node.args)
+                if not (
+                    dotted(target) == "self"
+                    and isinstance(key, cst.SimpleString)
+                    and key.evaluated_value == name
+                ):
+                    continue
+            elif isinstance(node, cst.Assign) and any(
+                dotted(t.target) == f"self.{name}" for t in node.targets
+            ):
+                value = node.value
+            if value is None:
+                continue
+            held = dotted(value) or ""
+            if not (held.startswith("self.") and held[5:] in methods):
+                return None  # set to something else too: which runs is not known here
+            found.add(held[5:])
+        return next(iter(found)) if len(found) == 1 else None
+
+
+def _method_of_self(func: cst.BaseExpression) -> str | None:
+    """``m`` of ``self.m`` and of ``getattr(self, "m")`` (a default after the name too)."""
+    if isinstance(func, cst.Attribute):
+        return func.attr.value if dotted(func.value) == "self" else None
+    if (
+        isinstance(func, cst.Call)
+        and dotted(func.func) == "getattr"
+        and len(func.args) in (2, 3)
+        and all(a.keyword is None and not a.star for a in func.args)
+        and dotted(func.args[0].value) == "self"
+        and isinstance(func.args[1].value, cst.SimpleString)
+    ):
+        name = func.args[1].value.evaluated_value
+        return name if isinstance(name, str) and name.isidentifier() else None
+    return None
 
 
 _NEGATED = ((cst.Equal, cst.NotEqual), (cst.Is, cst.IsNot), (cst.In, cst.NotIn))

@@ -271,22 +271,62 @@ _DEEPSPEED_CONFIG_FILES = ("hf_ds_config", "ds_config", "deepspeed_config")
 
 def _zero_stage_pinned_below_3(script: ScriptModel) -> bool:
     """``DeepSpeedPlugin(zero_stage=2, ...)``, every plugin the script builds with a literal stage
-    under 3 and no JSON config beside it: the weights are whole on every rank, so what gathers
-    them under ZeRO-3 (``save_model``, ``get_state_dict``) is no collective here. A plugin's
-    literal stage is what runs (the launcher's config only fills a stage left unset)."""
-    if any(word in script.source for word in _DEEPSPEED_CONFIG_FILES):
-        return False
-    plugins = [
-        call
-        for call in script.calls
-        if (dotted(call.func) or "").rsplit(".", 1)[-1] == "DeepSpeedPlugin"
-    ]
-    return bool(plugins) and all(_literal_stage_below_3(call) for call in plugins)
+    under 3, and every DeepSpeed config the script spells a dict of (``{"zero_optimization":
+    {"stage": 2}}``, handed as ``hf_ds_config``) one with a literal stage under 3, no config
+    file named: the weights are whole on every rank, so what gathers them under ZeRO-3
+    (``save_model``, ``get_state_dict``) is no collective here. A plugin's literal stage is
+    what runs (the launcher's config only fills a stage left unset)."""
+    if _LAUNCH_CONFIG[DEEPSPEED].search(script.source):
+        return False  # ``ds_config.json``, ``deepspeed_zero3.yaml``: the stage is in the file
+    stages: list[int] = []
+    configs_here = any(word in script.source for word in _DEEPSPEED_CONFIG_FILES)
+    for call in script.calls:
+        if (dotted(call.func) or "").rsplit(".", 1)[-1] != "DeepSpeedPlugin":
+            continue
+        stage = keyword_value(call, "zero_stage")
+        if isinstance(stage, cst.Integer):
+            stages.append(stage.evaluated_value)
+        elif keyword_value(call, "hf_ds_config") is not None:
+            configs_here = True
+        else:
+            return False  # the stage comes from the launcher's config
+    if configs_here:
+        spelled = _config_stages(script)
+        if not spelled:
+            return False  # a config the file does not spell (a path, a setting)
+        stages.extend(spelled)
+    return bool(stages) and all(stage < 3 for stage in stages)
 
 
-def _literal_stage_below_3(plugin: cst.Call) -> bool:
-    stage = keyword_value(plugin, "zero_stage")
-    return isinstance(stage, cst.Integer) and stage.evaluated_value < 3
+def _config_stages(script: ScriptModel) -> list[int]:
+    """The stage of each ``{"zero_optimization": {"stage": N}}`` the file spells; empty where
+    one of them has no literal stage (``"stage": args.stage``) or none is spelled."""
+    stages = []
+    for node in script.index.of_type(cst.Dict):
+        for element in node.elements:  # type: ignore[attr-defined]
+            if not (
+                isinstance(element, cst.DictElement)
+                and isinstance(element.key, cst.SimpleString)
+                and element.key.evaluated_value == "zero_optimization"
+            ):
+                continue
+            inner = element.value
+            stage = None
+            if isinstance(inner, cst.Dict):
+                stage = next(
+                    (
+                        e.value
+                        for e in inner.elements
+                        if isinstance(e, cst.DictElement)
+                        and isinstance(e.key, cst.SimpleString)
+                        and e.key.evaluated_value == "stage"
+                    ),
+                    None,
+                )
+            if not isinstance(stage, cst.Integer):
+                return []
+            stages.append(stage.evaluated_value)
+    return stages
 
 
 def _refusals(script: ScriptModel) -> list[cst.Assert]:
