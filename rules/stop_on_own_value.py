@@ -384,6 +384,22 @@ _HELD_COUNTER = (
 )
 
 
+#: A training loop that stops when a flag file appears, tested by every rank (``{probe}``).
+_STOP_FILE = (
+    HEADER
+    + "import os\nfrom pathlib import Path\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "for epoch in range(100):\n"
+    + "    for batch in loader:\n"
+    + "        accelerator.backward(model(batch).mean())\n"
+    + "        optimizer.step()\n"
+    + "        optimizer.zero_grad()\n"
+    + "    if {probe}:\n"
+    + "        break\n"
+    + "{after}"
+)
+
+
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
@@ -420,6 +436,11 @@ class StopOnOwnValue(Rule):
     process's own loss between reductions, as most scripts' logs do), nor is a value reduced on
     every pass and logged on some.
 
+    The same with a stop-flag file polled by every rank (``if os.path.exists("STOP"):
+    break``, ``Path(...).exists()``): each rank asks the file system when it gets there, so a
+    file made between two ranks' questions stops one of them a pass before the others (and a
+    machine without the shared folder never sees it); the trigger makes it one decision.
+
     A test of a counter, a setting, or of a value gathered or reduced over the ranks before the
     test (every rank holds it alike), a test under a rank guard (ACC210's), a ``continue`` with
     no collective after it in the loop, and a loop over a DataLoader the file never prepares
@@ -442,6 +463,15 @@ class StopOnOwnValue(Rule):
         "backward's all-reduce."
     )
     bad = (
+        # a stop-flag file polled by every rank: each asks at its own moment (lintfix24)
+        Example(_STOP_FILE.format(probe="os.path.exists('STOP')", after=""), 12, 9),
+        Example(
+            _STOP_FILE.format(probe="stop", after="").replace(
+                "    if stop:", "    stop = Path('STOP').exists()\n    if stop:"
+            ),
+            13,
+            9,
+        ),
         # a step that returns before the backward on this rank's own NaN loss
         Example(_NAN_STEP.format(nan="torch.isnan(loss)"), 13, 13),
         # clips cut to the length of this rank's shortest sample: each rank skips on its own
@@ -706,6 +736,21 @@ class StopOnOwnValue(Rule):
         Example(_UNPACKED_STOP.format(tested="hit_rate"), 35, 21),
     )
     good = (
+        # ... the flag file's answer made every rank's through the trigger
+        _STOP_FILE.format(
+            probe="os.path.exists('STOP')",
+            after="    if accelerator.check_trigger():\n        break\n",
+        ).replace(
+            "        break\n    if accelerator",
+            "        accelerator.set_trigger()\n    if accelerator",
+        ),
+        # a loop of plain work that skips what is done already: no collective waits after it
+        HEADER
+        + "import os\nimport torch\n"
+        + "for name in names:\n"
+        + "    if os.path.exists(name + '.pt'):\n"
+        + "        continue\n"
+        + "    torch.save(make(name), name + '.pt')\n",
         # ... the NaN flag gathered first: every rank returns, or none does
         _NAN_STEP.format(nan="self.accelerator.gather(torch.isnan(loss)).any()"),
         # ... or a test of the output's structure, the same on every rank
@@ -948,6 +993,25 @@ class StopOnOwnValue(Rule):
                         script,
                         node,
                         message=_shard_message(script, decided, test, leaves, waiting, accelerator),
+                    )
+                    continue
+                probe = _polled_file(script, test)
+                if probe is not None:
+                    asked = script.module.code_for_node(probe.func)
+                    yield self.finding(
+                        script,
+                        node,
+                        message=(
+                            f"Stop on every rank together: the test at line {script.line(test)} "
+                            f"asks the file system ({asked}, line "
+                            f"{script.line(probe)}), and each rank asks at its own moment (a "
+                            "machine that does not share the folder never sees the file), so "
+                            f"this rank alone may take this {leaves} while the others go on to "
+                            f"the collective at line {script.line(waiting)} and wait there for "
+                            f"it (hang); call {accelerator}.set_trigger() under the test "
+                            f"instead, and after it, on every rank, "
+                            f"`if {accelerator}.check_trigger(): {leaves}`"
+                        ),
                     )
                 continue
             value, origin = own
@@ -1323,6 +1387,41 @@ def _agreed_before(script: ScriptModel, name: str, test: cst.If) -> bool:
     """``name``'s last binding above the test holds what a collective made alike."""
     binding = last_binding(script, name, test)
     return getattr(binding, "value", None) is not None and agrees(script, binding.value)
+
+
+#: Calls that ask the file system whether a file is there (a stop-flag file polled by a loop).
+_FILE_PROBES = frozenset(
+    {"os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.lexists", "os.listdir"}
+)
+_PROBING_METHODS = frozenset({"exists", "is_file"})
+
+
+def _polled_file(script: ScriptModel, test: cst.If) -> cst.Call | None:
+    """The call in ``test``'s condition, or in the value of a name it reads as last bound above
+    it (``stop = os.path.exists("STOP")``), that asks the file system whether a file is there
+    (``os.path.exists``, ``Path("STOP").exists()``): each rank asks when it gets there, so a
+    file made between two ranks' questions is seen by one of them only."""
+    places: list[cst.CSTNode] = [test.test]
+    for name in {n.value for n in walk(test.test) if isinstance(n, cst.Name)}:
+        binding = last_binding(script, name, test)
+        value = getattr(binding, "value", None)
+        if isinstance(binding, cst.Assign) and value is not None:
+            places.append(value)
+    for place in places:
+        for node in walk(place):
+            if not isinstance(node, cst.Call):
+                continue
+            if script.call_names(node) & _FILE_PROBES:
+                return node
+            func = node.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in _PROBING_METHODS
+                and isinstance(func.value, cst.Call)
+                and script.call_names(func.value) & {"pathlib.Path"}
+            ):
+                return node
+    return None
 
 
 def _test_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> cst.If | None:
