@@ -50,8 +50,6 @@ ZERO = {stage: ("--backend", "deepspeed", "--zero-stage", str(stage)) for stage 
 #: What building DeepSpeed's CPU shared-memory op may take: 78 CPU-seconds alone, many minutes
 #: on a machine loaded many times over
 BUILD_TIMEOUT = 1800
-#: The op's name (ShareMemCommBuilder.NAME): torch builds it into NAME/NAME.so of its folder
-SHM_OP = "deepspeed_shm_comm"
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +58,13 @@ def deepspeed_op() -> None:
     launch, it counted against the launch's timeout: on a loaded machine the first launch timed
     out mid-build, and the kill left torch's build lock file behind, for which every later
     DeepSpeed launch waited until its own timeout (each failed after 240 s). Here the build has
-    a timeout of its own; the launches find the op built. Built by an earlier run, it is not
-    loaded here (3.3 CPU-seconds): each rank's load finds it, and rebuilds it only where
-    DeepSpeed's sources changed since."""
+    a timeout of its own; the launches find the op built. The op is loaded here even when an
+    earlier run built it (3.3 CPU-seconds, once per module): that ``.so`` exists says nothing of
+    whether it is current, and torch's load rebuilds a stale one (DeepSpeed's sources, torch or
+    the build flags changed since) where it is loaded. A check of the file alone let that
+    rebuild happen inside the first launch again; this load is the one that makes it, under
+    the build's own timeout."""
     folder = os.environ.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir())
-    if (Path(folder) / SHM_OP / f"{SHM_OP}.so").exists():
-        return
     code = (
         "from deepspeed.accelerator import get_accelerator\n"
         "get_accelerator().create_op_builder('ShareMemCommBuilder').load()\n"
