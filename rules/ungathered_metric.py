@@ -1166,6 +1166,7 @@ class UngatheredMetric(Rule):
         accelerators = script.names_of(Kind.ACCELERATOR)
         all_calls = calls(script)
         yield from self._left_by_this_caller(script)
+        yield from self._left_where_the_helper_cannot_gather(script)
         reported_calls: set[int] = set()
         for evaluation in facts.evaluations:
             loop = evaluation.loop
@@ -1271,6 +1272,55 @@ class UngatheredMetric(Rule):
                 where = f"{_relative(module, project.path)}:{line}"
                 for call in left:
                     yield self._left_call(script, call, slot, member, gathering[0], where)
+                break
+
+    def _left_where_the_helper_cannot_gather(self, script: ScriptModel) -> Iterator[Finding]:
+        """A call of another project module's evaluation helper handed a prepared loader, whose
+        per-rank total comes back ungathered, where another call of it in this file hands it a
+        loader that is not sharded or runs on some ranks only (``evaluate(model, test_loader)``
+        under ``if accelerator.is_main_process:``): the helper's own analysis stays silent (its
+        loader is not always a shard), and a gather inside it would hang that other call. The
+        fix goes at this call, which is reported, naming the helper's line."""
+        project = script.project
+        if project is None:
+            return
+        loaders = script.names_of(Kind.DATALOADER) | script.prepared_names
+        by_member: dict[tuple[Path, str], list[tuple[cst.Call, bool]]] = {}
+        for call, module, member in facts_of(script).project_calls:
+            if "." in member:
+                continue
+            handed = {dotted(a.value) for a in call.args} & loaders
+            if not handed:
+                continue
+            sharded = not script.under_rank_guard(call) and bool(handed & script.prepared_names)
+            by_member.setdefault((module.resolve(), member), []).append((call, sharded))
+        for (module, member), sites in by_member.items():
+            sharded = [call for call, yes in sites if yes]
+            whole = [call for call, yes in sites if not yes]
+            if not sharded or not whole:
+                continue  # all sharded: the helper's own analysis reports it at its line
+            lines = {script.line(call) for call in sharded}
+            for slot, line in _helper_totals(script, module, member, lines):
+                where = f"{_relative(module, project.path)}:{line}"
+                for call in sharded:
+                    if _combined_at(script, call, slot):
+                        continue
+                    accelerator = accelerator_name(script, call)
+                    what = _bound_at(script, call, slot) or f"what {member}() returns"
+                    yield self.finding(
+                        script,
+                        call,
+                        message=(
+                            f"Combine {what} across the ranks here: {member}() computes it from "
+                            f"this rank's shard of the prepared loader only ({where} accumulates "
+                            f"it per rank), and it cannot gather inside {member}(), which the "
+                            f"call at line {script.line(whole[0])} runs over a loader that is "
+                            f"not sharded (or on some ranks only); have {member}() return its "
+                            f"counts and {accelerator}.reduce(..., reduction='sum') them at this "
+                            f"call before dividing (or return its predictions and labels and "
+                            f"{accelerator}.gather_for_metrics(...) them here)"
+                        ),
+                    )
                 break
 
     def _left_call(
@@ -2480,12 +2530,13 @@ def _per_rank_totals(
 
 
 def _helper_totals(
-    script: ScriptModel, module: Path, member: str
+    script: ScriptModel, module: Path, member: str, lines: set[int] | None = None
 ) -> list[tuple[tuple[int, int] | None, int]]:
     """For ``member``, a top-level function of the project module ``module`` that this file
     calls: the place of each per-rank total it returns (`_returned_slot`: None for the whole
     value) with the line that accumulates it, read in the module's analysis with what this
-    file's calls hand it (its loader is a prepared one only through them)."""
+    file's calls hand it (its loader is a prepared one only through them): of the calls at
+    ``lines`` only, when given (what the helper does where those calls run it)."""
     from accelify.analysis.outside_callers import handed_calls
     from accelify.lint.engine import project_view
     from accelify.source import parse
@@ -2496,6 +2547,8 @@ def _helper_totals(
     if f"def {member}".encode() not in data:
         return []
     handed = handed_calls(script, script.project.path, {str(module)})
+    if lines is not None:
+        handed = tuple(call for call in handed if call.line in lines)
     view = project_view(str(module), data, (), handed=handed)
     try:
         helper = analyze(parse(data, str(module)), project=view)
@@ -2522,9 +2575,27 @@ def _helper_totals(
         )
         for target, node in _per_rank_totals(helper, loop, values, all_calls):
             slot = _returned_slot(helper, function, target)
+            if (
+                slot is False
+                and lines is not None
+                and _returns_arithmetic_of(helper, function, target)
+            ):
+                slot = None  # ``return correct / total``: a ratio of this rank's counts
             if slot is not False and "." not in target:
                 found.append((slot, helper.line(node)))
     return found
+
+
+def _returns_arithmetic_of(script: ScriptModel, function: cst.FunctionDef, target: str) -> bool:
+    """Every return of ``function`` hands back arithmetic on the total ``target`` (``correct /
+    total``, ``100.0 * correct / total``): a number made of this rank's counts."""
+    values = [r.value for r in script.index.own_returns(function)]
+    return bool(values) and all(
+        isinstance(value, cst.BinaryOperation)
+        and any(isinstance(n, cst.Name) and n.value == target for n in walk(value))
+        and not any(isinstance(n, cst.Call) for n in walk(value))
+        for value in values
+    )
 
 
 def _split_callers(
