@@ -2092,6 +2092,15 @@ def _frozen_in_its_class(script: ScriptModel, name: str | None, at: cst.CSTNode)
     if not name or not name.startswith("self."):
         return False
     owner = script.index.nearest(at, cst.ClassDef)
+    # one answer per attribute and class: a trainer reads ``self.vae.config`` many times
+    known: dict[tuple[str, int], bool] = script.__dict__.setdefault("_frozen_in_class", {})
+    key = (name, id(owner))
+    if key not in known:
+        known[key] = _frozen_in(script, name, owner)
+    return known[key]
+
+
+def _frozen_in(script: ScriptModel, name: str, owner: cst.ClassDef | None) -> bool:
     ours = [
         prepare.call
         for prepare in script.prepare_calls
