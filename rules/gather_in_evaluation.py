@@ -208,6 +208,16 @@ class GatherInEvaluation(Rule):
         # the accuracy's numerator and denominator
         Example(_OBJECTS_GATHERED.format(settings="", gather=_GATHER_OBJECT), 11, 14),
         Example(_OBJECTS_GATHERED.format(settings="", gather=_ALL_GATHER_OBJECT), 12, 1),
+        # ... and with accelerate.utils' gather_object function, the method's own (an agent
+        # safety runner's answer records, duplicated in its answers file: lintreal41)
+        Example(
+            "from accelerate.utils import gather_object\n"
+            + _OBJECTS_GATHERED.format(
+                settings="", gather="is_correct = gather_object(eval_dict['is_correct'])\n"
+            ),
+            12,
+            14,
+        ),
         # ... and cut to the set's size: the cut neither puts the values back in the loader's
         # order nor, with more than two ranks, drops the repeats (not all at the tail)
         Example(
@@ -380,6 +390,12 @@ class GatherInEvaluation(Rule):
         ),
         # uneven last batches left uneven: nothing is repeated, gathering all of it is right
         _OBJECTS_GATHERED.format(settings="even_batches=False", gather=_GATHER_OBJECT),
+        # accelerate.utils' gather_object function where no batch is padded
+        "from accelerate.utils import gather_object\n"
+        + _OBJECTS_GATHERED.format(
+            settings="even_batches=False",
+            gather="is_correct = gather_object(eval_dict['is_correct'])\n",
+        ),
         # a trainer's counters on ``self`` (ACC403's, never combined), and another member
         # reduced after the loop: ``self.accelerator`` reads ``self``, not the counts
         _TRAINER_COUNTS.format(
@@ -703,6 +719,12 @@ def _gathered_below(
     return found
 
 
+#: accelerate's own function behind ``accelerator.gather_object``.
+_GATHER_OBJECT_FUNCTIONS = frozenset(
+    {"accelerate.utils.gather_object", "accelerate.utils.operations.gather_object"}
+)
+
+
 def _gathered_value(script: ScriptModel, call: cst.Call) -> cst.BaseExpression | None:
     """What ``call`` gathers over the ranks: the first argument of the accelerator's
     ``gather``, ``gather_for_metrics`` or ``gather_object``, the object of
@@ -716,6 +738,8 @@ def _gathered_value(script: ScriptModel, call: cst.Call) -> cst.BaseExpression |
     qualified = script.imports.resolve(name) if name else None
     if qualified == "torch.distributed.all_gather_object" and len(call.args) >= 2:
         return call.args[1].value
+    if qualified in _GATHER_OBJECT_FUNCTIONS:
+        return call.args[0].value if call.args else None  # the function the method calls
     return None
 
 

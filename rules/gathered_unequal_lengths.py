@@ -110,6 +110,14 @@ class GatheredUnequalLengths(Rule):
             14,
             5,
         ),
+        # lintreal41 (a NER trainer under Ray Tune): the model returns ``(loss, logits)``, and
+        # the argmax of ``outputs[1]`` is one prediction per token of the padded batch
+        Example(
+            _NER.replace("outputs.logits.argmax", "outputs[1].argmax")
+            + "    accelerator.gather(predictions)\n",
+            14,
+            5,
+        ),
         Example(  # the generated tokens: their length is the longest generation of the batch
             _SUMMARIES + "    tokens = accelerator.gather(tokens.contiguous())\n",
             12,
@@ -159,6 +167,12 @@ class GatheredUnequalLengths(Rule):
         Example(_PER_BATCH_HELPER.format(padded=""), 11, 21),
     )
     good = (
+        # a sequence classifier's ``(loss, logits)``: one prediction per sample, whatever the
+        # batch's sequence length (DataCollatorWithPadding pads no labels)
+        _NER.replace("DataCollatorForTokenClassification", "DataCollatorWithPadding").replace(
+            "outputs.logits.argmax", "outputs[1].argmax"
+        )
+        + "    accelerator.gather_for_metrics((predictions, labels))\n",
         # run_qa_no_trainer pads them first, with -100
         _QA.format(
             padded="    start_logits = accelerator.pad_across_processes(start_logits, dim=1, "
@@ -355,7 +369,10 @@ def _sequences(
             and collator is not None
             and collator.labels_padded
             and _last_axis(_argmax_axis(value))
-            and "logits" in script.module.code_for_node(value)
+            and (
+                "logits" in script.module.code_for_node(value)
+                or _forward_of_the_batch(script, loop, _argmax_receiver(value), gather)
+            )
         ):
             return f"token predictions of batches {collator.name} pads"
         return None
@@ -419,6 +436,45 @@ def _argmax_axis(call: cst.Call) -> cst.BaseExpression | None:
     func = call.func
     at = 1 if isinstance(func, cst.Attribute) and dotted(func.value) == "torch" else 0
     return positional[at] if len(positional) > at else None
+
+
+def _argmax_receiver(call: cst.Call) -> cst.BaseExpression | None:
+    """``outputs[1]`` of ``outputs[1].argmax(-1)`` or of ``torch.argmax(outputs[1], -1)``."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and dotted(func.value) != "torch":
+        return func.value
+    positional = [a.value for a in call.args if a.keyword is None]
+    return positional[0] if positional else None
+
+
+def _forward_of_the_batch(
+    script: ScriptModel,
+    loop: Loop,
+    value: cst.BaseExpression | None,
+    gather: cst.Call,
+) -> bool:
+    """``value`` is an item of what a call handed this loop's batch returned, bound in the loop
+    above the gather (``outputs = model(**batch)``, then ``outputs[1]``: a model returning a
+    ``(loss, logits)`` tuple, a NER trainer under Ray Tune): with a collator that pads labels,
+    its argmax over the last axis is one prediction per token."""
+    while isinstance(value, (cst.Subscript, cst.Attribute)):
+        value = value.value
+    if not isinstance(value, cst.Name):
+        return False
+    for node in walk(loop.node.body):
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Call)
+            and script.order(node) < script.order(gather)
+            and any(value.value in target_names(t) for t in assigned_targets(node))
+            and any(
+                isinstance(n, cst.Name) and n.value in loop.batch_names
+                for argument in node.value.args
+                for n in walk(argument.value)
+            )
+        ):
+            return True
+    return False
 
 
 def _last_axis(axis: cst.BaseExpression | None) -> bool:

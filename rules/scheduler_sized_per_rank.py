@@ -138,6 +138,10 @@ class SchedulerSizedPerRank(Rule):
         # the converse: the whole DataLoader's length, taken before prepare, multiplied by the
         # process count as well (a ViT ImageNet trainer, lintreal38)
         Example(_BEFORE_PREPARE.format(steps="total_steps * accelerator.num_processes"), 11, 31),
+        # ... and the whole length divided by the process count (one rank's steps) with no
+        # factor multiplying it back (a multi-task RoBERTa trainer's ``max_steps_per_epoch =
+        # len(dataloader) // accelerator.num_processes``, lintreal41)
+        Example(_BEFORE_PREPARE.format(steps="total_steps // accelerator.num_processes"), 11, 31),
         # ... the factor put on by an augmented assignment
         Example(
             _BEFORE_PREPARE.format(steps="total_steps").replace(
@@ -162,6 +166,10 @@ class SchedulerSizedPerRank(Rule):
         ),
     )
     good = (
+        # divided by the process count and multiplied back: every rank's steps again
+        _BEFORE_PREPARE.format(
+            steps="(total_steps // accelerator.num_processes) * accelerator.num_processes"
+        ),
         # the converse's fix: the whole length alone, or the shard's length times the count
         _BEFORE_PREPARE.format(steps="len(loader) * 3"),
         _BEFORE_PREPARE.format(
@@ -227,6 +235,7 @@ class SchedulerSizedPerRank(Rule):
             length = sized_by_a_prepared_loader(script, argument)
             if length is None:
                 yield from self._counted_twice(script, argument)
+                yield from self._divided_per_rank(script, argument)
                 continue
             measured = script.module.code_for_node(length)
             given = script.module.code_for_node(argument.value)
@@ -259,6 +268,24 @@ class SchedulerSizedPerRank(Rule):
             "num_processes times, one pass of that length, so on N processes its schedule is N "
             "times too long (the warmup too, the decay never reached); drop the factor, or "
             "multiply len() of the prepared DataLoader by it"
+        )
+        yield self.finding(
+            script, argument, message=in_file_words(text, accelerator_name(script, argument))
+        )
+
+    def _divided_per_rank(self, script: ScriptModel, argument: cst.Arg) -> Iterator[Finding]:
+        found = _whole_length_divided_per_rank(script, argument)
+        if found is None:
+            return
+        length, division = found
+        given = script.module.code_for_node(argument.value)
+        text = (
+            f"Size {given} in all ranks' steps: it was sized with "
+            f"{script.module.code_for_node(length)} (line {script.line(length)}) divided by the "
+            f"process count (line {script.line(division)}), one rank's batches, and prepared, "
+            "each step() advances it num_processes times, so on N processes its schedule ends "
+            "N times too soon (the warmup too); multiply its step counts by "
+            "accelerator.num_processes, or leave it out of prepare"
         )
         yield self.finding(
             script, argument, message=in_file_words(text, accelerator_name(script, argument))
@@ -300,6 +327,49 @@ def _whole_length_times_processes(
     return found
 
 
+def _whole_length_divided_per_rank(
+    script: ScriptModel, argument: cst.Arg
+) -> tuple[cst.Call, cst.CSTNode] | None:
+    """The ``len(loader)`` (taken before ``loader`` is prepared) and the division by the
+    process count that a prepared scheduler's length argument reads, with no process-count
+    factor multiplying it back: one rank's steps (a multi-task RoBERTa trainer's
+    ``max_steps_per_epoch = len(dataloader) // accelerator.num_processes``), which the prepared
+    scheduler steps N times at each call."""
+    prepare = next((a for a in script.ancestors(argument) if isinstance(a, cst.Call)), None)
+    given = dotted(argument.value)
+    if prepare is None or given is None:
+        return None
+    binding = last_binding(script, given, prepare)
+    if not isinstance(binding, cst.Assign) or not isinstance(binding.value, cst.Call):
+        return None
+    skipped = script.names_of(Kind.MODEL, Kind.OPTIMIZER, Kind.ACCELERATOR)
+    for given_argument in binding.value.args:
+        if given_argument.keyword is not None and "warmup" in given_argument.keyword.value:
+            continue  # a warmup sized apart says nothing of the schedule's length
+        lengths: list[cst.Call] = []
+        counts: list[cst.CSTNode] = []
+        divisions: list[cst.CSTNode] = []
+        _collect(
+            script,
+            given_argument.value,
+            binding,
+            _TWICE_DEPTH,
+            set(),
+            lengths,
+            counts,
+            skipped,
+            divisions,
+        )
+        if (
+            lengths
+            and divisions
+            and not counts
+            and all(_prepared_after(script, n) for n in lengths)
+        ):
+            return lengths[0], divisions[0]
+    return None
+
+
 def _collect(
     script: ScriptModel,
     expression: cst.CSTNode,
@@ -309,20 +379,28 @@ def _collect(
     lengths: list[cst.Call],
     counts: list[cst.CSTNode],
     skipped: set[str],
+    divisions: list[cst.CSTNode] | None = None,
 ) -> bool:
     """Gather the ``len()`` calls and process-count factors ``expression`` reads, through the
     names it reads (their last binding above ``at``) other than ``skipped`` (the model, the
     optimizer, the accelerator: what built them sizes nothing); False on a division by the
-    count."""
+    count, unless ``divisions`` is given: it then gathers each such division (and the count
+    it divides by is no factor)."""
     if id(expression) in seen:
         return True
     seen.add(id(expression))
+    divisors: set[int] = set()
     for node in walk(expression):
+        if id(node) in divisors:
+            continue
         if isinstance(node, cst.BinaryOperation):
             divisor = script.module.code_for_node(node.right)
             dividing = isinstance(node.operator, (cst.Divide, cst.FloorDivide, cst.Modulo))
             if dividing and PROCESS_COUNT.search(divisor):
-                return False
+                if divisions is None:
+                    return False
+                divisions.append(node)
+                divisors.update(id(n) for n in walk(node.right))
         if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
             lengths.append(node)
             continue
@@ -346,14 +424,16 @@ def _collect(
                     named.operator, (cst.DivideAssign, cst.FloorDivideAssign, cst.ModuloAssign)
                 )
                 if dividing and PROCESS_COUNT.search(divisor):
-                    return False
-                if not _collect(
-                    script, named.value, named, depth - 1, seen, lengths, counts, skipped
+                    if divisions is None:
+                        return False
+                    divisions.append(named)
+                elif not _collect(
+                    script, named.value, named, depth - 1, seen, lengths, counts, skipped, divisions
                 ):
                     return False
                 named = last_binding(script, node.value, named)  # what it updated
             if isinstance(named, cst.Assign) and not _collect(
-                script, named.value, named, depth - 1, seen, lengths, counts, skipped
+                script, named.value, named, depth - 1, seen, lengths, counts, skipped, divisions
             ):
                 return False
     return True

@@ -302,6 +302,28 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # lintreal41 (a Schrödinger-bridge runner): ``sample_net`` prepared in one method is
+        # that method's local; another method's ``sample_net``, an EMA copy the helper builds
+        # unwrapped, is its own object (its save under the same test was reported)
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "class Runner:\n"
+        + "    def __init__(self, net, ema, optimizer, loader):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.net, self.optimizer, self.loader = self.accelerator.prepare(\n"
+        + "            net, optimizer, loader\n"
+        + "        )\n"
+        + "        self.ema = ema\n\n"
+        + "    def cache(self):\n"
+        + "        sample_net = self.ema.copy()\n"
+        + "        sample_net = self.accelerator.prepare(sample_net)\n"
+        + "        return [sample_net(x) for x in self.loader]\n\n"
+        + "    def save(self, path):\n"
+        + "        if self.accelerator.is_main_process:\n"
+        + "            if self.ema is not None:\n"
+        + "                sample_net = self.ema.copy_of(self.net)\n"
+        + "            else:\n"
+        + "                sample_net = self.accelerator.unwrap_model(self.net)\n"
+        + "            torch.save(sample_net.state_dict(), path)\n",
         # the wrapper tested for: its module's state dict under DDP, the model's own on one
         # process (a trainer's checkpoint written on the local main process)
         "import torch\nfrom accelerate import Accelerator\n"

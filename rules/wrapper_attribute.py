@@ -14,7 +14,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.name_scopes import binding_spellings, means_module_binding
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.project_modules import split_member
-from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
 from accelify.analysis.syntax import (
     assigned_targets,
     dotted,
@@ -321,6 +321,28 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-process run stops with AttributeError at the first call; one process hides it."
     bad = (
+        # lintreal41 (a TTS GRPO trainer): ``self.model = model``, the optimizer built from
+        # ``model.parameters()``, then both prepared: ``self.model`` trains, and its own method
+        # run in the training step is told to go through forward() (through unwrap_model its
+        # gradients would never be averaged across ranks)
+        Example(
+            "import torch\nfrom accelerate import Accelerator\n\n\n"
+            "class Trainer:\n"
+            "    def __init__(self, model, loader):\n"
+            "        self.accelerator = Accelerator()\n"
+            "        self.model = model\n"
+            "        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+            "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+            "            self.model, self.optimizer, loader\n"
+            "        )\n\n"
+            "    def train(self):\n"
+            "        for batch in self.loader:\n"
+            "            out = self.model.forward_rl(batch)\n"
+            "            self.accelerator.backward(out.mean())\n"
+            "            self.optimizer.step()\n",
+            16,
+            19,
+        ),
         # review10b: a comprehension's `for model in registry` binds its own `model`; the
         # prepared one below it is still the wrapper (and the comprehension's is no model)
         Example(
@@ -835,6 +857,35 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # lintreal41 (a TTS GRPO trainer): the reference model a method of the trainer builds
+        # and freezes (``for p in copy.parameters(): p.requires_grad = False``) is prepared
+        # unwrapped (no DistributedDataParallel without a parameter that trains): its own
+        # ``forward_rl`` is there
+        "import copy\nimport torch\nfrom accelerate import Accelerator\n\n\n"
+        "class GRPOTrainer:\n"
+        "    def __init__(self, model, ref_model=None):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model = model\n"
+        "        self.optimizer = torch.optim.AdamW(model.parameters())\n"
+        "        self.model, self.optimizer = self.accelerator.prepare(\n"
+        "            self.model, self.optimizer\n"
+        "        )\n"
+        "        self.ref_model = self._init_ref_model(ref_model)\n"
+        "        self.ref_model = self.accelerator.prepare(self.ref_model)\n\n"
+        "    def _init_ref_model(self, ref_model):\n"
+        "        if ref_model is not None:\n"
+        "            return ref_model\n"
+        "        model_copy = copy.deepcopy(self.accelerator.unwrap_model(self.model))\n"
+        "        for param in model_copy.parameters():\n"
+        "            param.requires_grad = False\n"
+        "        return model_copy\n\n"
+        "    def train(self, loader):\n"
+        "        for batch in loader:\n"
+        "            with torch.no_grad():\n"
+        "                ref = self.ref_model.forward_rl(batch)\n"
+        "            loss = (self.model(batch) - ref).pow(2).mean()\n"
+        "            self.accelerator.backward(loss)\n"
+        "            self.optimizer.step()\n",
         # ... and a lambda its own parameter's
         "from accelerate import Accelerator\n\n\n"
         "def main(model, optimizer, loader, registry):\n"
@@ -1183,6 +1234,8 @@ class WrapperAttribute(Rule):
         constructed = held is None and holds_constructed_wrapper(script, owner, attribute)
         if held is None and not constructed:
             return
+        if constructed and _frozen_in_its_class(script, dotted(owner), attribute):
+            return  # a reference model the trainer froze: prepare left it unwrapped
         if member == "module":
             if isinstance(owner, cst.Name):
                 yield from self._module_of_unwrapped(script, attribute, owner.value)
@@ -2033,6 +2086,33 @@ def _frozen_prepared(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
     )
 
 
+def _frozen_in_its_class(script: ScriptModel, name: str | None, at: cst.CSTNode) -> bool:
+    """``self.<name>`` read at ``at`` was prepared in the class around ``at`` with every
+    parameter frozen (`_frozen_when_prepared`): a trainer's reference model."""
+    if not name or not name.startswith("self."):
+        return False
+    owner = script.index.nearest(at, cst.ClassDef)
+    # one answer per attribute and class: a trainer reads ``self.vae.config`` many times
+    known: dict[tuple[str, int], bool] = script.__dict__.setdefault("_frozen_in_class", {})
+    key = (name, id(owner))
+    if key not in known:
+        known[key] = _frozen_in(script, name, owner)
+    return known[key]
+
+
+def _frozen_in(script: ScriptModel, name: str, owner: cst.ClassDef | None) -> bool:
+    ours = [
+        prepare.call
+        for prepare in script.prepare_calls
+        if name in prepare.outputs and script.index.nearest(prepare.call, cst.ClassDef) is owner
+    ]
+    return (
+        owner is not None
+        and bool(ours)
+        and all(_frozen_when_prepared(script, name, call) for call in ours)
+    )
+
+
 def _frozen_when_prepared(script: ScriptModel, name: str, prepare: cst.Call) -> bool:
     """Every parameter of ``name`` was frozen before ``prepare`` (``for p in
     name.parameters(): p.requires_grad = False``, ``name.requires_grad_(False)``) and no
@@ -2046,6 +2126,8 @@ def _frozen_when_prepared(script: ScriptModel, name: str, prepare: cst.Call) -> 
     # local of another function is another model), an attribute of the same class
     holder = (cst.ClassDef, cst.FunctionDef) if "." in name else cst.FunctionDef
     owner = _held_by(script, prepare, holder)
+    if _built_frozen(script, name, before, holder, owner):
+        return True
     for call in script.calls:
         func = call.func
         if (
@@ -2069,6 +2151,76 @@ def _frozen_when_prepared(script: ScriptModel, name: str, prepare: cst.Call) -> 
             and isinstance(node.target, cst.Name)
             and script.order(node) < before
             and _held_by(script, node, holder) is owner
+            and any(
+                isinstance(statement, cst.Assign)
+                and dotted(statement.targets[0].target) == f"{node.target.value}.requires_grad"
+                and isinstance(statement.value, cst.Name)
+                and statement.value.value == "False"
+                for line in node.body.body
+                if isinstance(line, cst.SimpleStatementLine)
+                for statement in line.body
+            )
+        ):
+            return True
+    return False
+
+
+def _built_frozen(
+    script: ScriptModel,
+    name: str,
+    before: int,
+    holder: type | tuple[type, ...],
+    owner: cst.CSTNode | None,
+) -> bool:
+    """``name`` was bound, above ``before`` and in ``owner``, to what a function of the file
+    returns after freezing it (F5-TTS's GRPO trainer: ``self.ref_model =
+    self._init_ref_model(...)``, whose ``model_copy = copy.deepcopy(...)`` has every parameter
+    set ``requires_grad = False`` before ``return model_copy``): the model it builds is
+    frozen. (A model the caller hands in and the helper returns as it is, is the caller's: not
+    known to train, so not known to be wrapped either.)"""
+    for assign in script.index.assignments_to(name):
+        value = assign.value
+        if (
+            not isinstance(value, cst.Call)
+            or script.order(assign) >= before
+            or _held_by(script, assign, holder) is not owner
+        ):
+            continue
+        found = script.call_graph.callee(value)
+        if found is None:
+            continue
+        function = found[0]
+        returned = {
+            node.value.value
+            for node in walk(function.body)
+            if isinstance(node, cst.Return) and isinstance(node.value, cst.Name)
+        }
+        if any(_freezes(function, local) for local in returned):
+            return True
+    return False
+
+
+def _freezes(function: cst.FunctionDef, name: str) -> bool:
+    """``function`` freezes every parameter of its local ``name`` (``name.requires_grad_(False)``
+    or ``for p in name.parameters(): p.requires_grad = False``)."""
+    for node in walk(function.body):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "requires_grad_"
+            and dotted(node.func.value) == name
+            and len(node.args) == 1
+            and isinstance(node.args[0].value, cst.Name)
+            and node.args[0].value.value == "False"
+        ):
+            return True
+        if (
+            isinstance(node, cst.For)
+            and isinstance(node.iter, cst.Call)
+            and isinstance(node.iter.func, cst.Attribute)
+            and node.iter.func.attr.value == "parameters"
+            and dotted(node.iter.func.value) == name
+            and isinstance(node.target, cst.Name)
             and any(
                 isinstance(statement, cst.Assign)
                 and dotted(statement.targets[0].target) == f"{node.target.value}.requires_grad"
@@ -2110,4 +2262,26 @@ def _trained_models(script: ScriptModel) -> set[str]:
         beside = [name for name in prepare.outputs if name in optimizers or "optim" in name]
         if any(not owners.get(name) for name in beside):
             trained.update(prepare.outputs)
+        trained.update(_aliases_prepared(script, prepare, trained))
     return trained
+
+
+def _aliases_prepared(script: ScriptModel, prepare: PrepareCall, trained: set[str]) -> set[str]:
+    """Outputs of ``prepare`` bound, in its function and above it, to a model an optimizer
+    trains: a trainer's ``self.model = model`` before ``self.optimizer =
+    AdamW(model.parameters())`` and ``self.model, self.optimizer = prepare(self.model,
+    self.optimizer)`` prepares the trained model under its attribute's name."""
+    scope, here = script.scope_of(prepare.call), script.order(prepare.call)
+    return {
+        output
+        for output in prepare.outputs
+        if output
+        and output not in trained
+        and any(
+            script.scope_of(assign) is scope
+            and script.order(assign) < here
+            and assign.value is not None
+            and dotted(assign.value) in trained
+            for assign in script.index.assignments_to(output)
+        )
+    }

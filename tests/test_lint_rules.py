@@ -1763,3 +1763,17 @@ def test_a_return_before_the_backward_is_advised_its_own_test_gathered():
     assert "isnan" not in kept.message
     nan = the_finding(_NAN_STEP.format(nan="torch.isnan(loss)"), "ACC420")
     assert "`if self.accelerator.gather(torch.isnan(loss)).any():`" in nan.message
+
+
+def test_a_trained_models_own_method_in_a_training_step_is_not_advised_unwrap_model():
+    """lintreal41 (a TTS GRPO trainer): ``self.model = model``, its optimizer built from
+    ``model.parameters()``, both prepared; ``self.model.forward_rl(batch)`` in the training
+    step was told to call it through unwrap_model, which runs the layers past the wrapper and
+    leaves their gradients unaveraged: the replicas drift apart silently."""
+    from rules.wrapper_attribute import WrapperAttribute
+
+    example = WrapperAttribute.bad[0]
+    finding = the_finding(example.code, "ACC104")
+    assert finding.line == example.line
+    assert "compute it in the model's forward() and call self.model(...)" in finding.message
+    assert not finding.message.startswith("Call this through")

@@ -277,7 +277,46 @@ def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
     scope = script.scope_of(node)
     if not isinstance(scope, cst.FunctionDef):
         return found - _locals_of_functions(script, found)
-    return {name for name in found if not _made_in(script, name, scope, here)}
+    return {
+        name
+        for name in found
+        if not _made_in(script, name, scope, here)
+        and not _another_functions_local(script, name, scope)
+    }
+
+
+def _another_functions_local(script: ScriptModel, name: str, scope: cst.FunctionDef) -> bool:
+    """``name`` is a local that only other functions prepare (a runner's ``sample_net =
+    self.accelerator.prepare(sample_net)`` in ``new_cacheloader``), and ``scope`` binds its
+    own ``name`` (``sample_net = self.ema.copy(self.net)`` in ``save_step``): Python makes it
+    ``scope``'s local, another object than the one that prepare returned."""
+    if "." in name:
+        return False
+    outputs = [call for call in script.prepare_calls if name in call.outputs]
+    if not outputs or any(
+        script.scope_of(call.call) is scope
+        or not isinstance(script.scope_of(call.call), cst.FunctionDef)
+        for call in outputs
+    ):
+        return False
+    if any(
+        isinstance(node, (cst.Global, cst.Nonlocal))
+        and any(alias.name.value == name for alias in node.names)
+        for node in walk(scope.body)
+    ):
+        return False
+    own = [
+        value
+        for statement, value in script.index.values_bound_to(name)
+        if script.scope_of(statement) is scope
+    ]
+    # a value a function of the file returns may be what its prepare made (``model, optimizer
+    # = setup(model, optimizer)``): that binding is still the prepared object
+    return bool(own) and not any(
+        isinstance(value, cst.Call)
+        and (script.call_graph.callee(value) is not None or "prepare" in (dotted(value.func) or ""))
+        for value in own
+    )
 
 
 def _locals_of_functions(script: ScriptModel, found: set[str]) -> set[str]:
