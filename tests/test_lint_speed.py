@@ -101,3 +101,48 @@ def test_git_is_started_only_where_it_could_find_a_repository(tmp_path: Path, mo
     assert cli._git_files(plain) is None and not started
     assert cli._git_files(repository / "src") == [repository / "src" / "kept.py"]
     assert started
+
+
+def test_the_command_line_freezes_what_the_analysis_imports_before_the_first_parse(
+    tmp_path: Path,
+):
+    """Linting through the command line's collector policy, libcst and the analysis are out of
+    the collector's view from their import on (the pass after the first file does not traverse
+    them), and a file's own cycles are still freed after it; a plain `lint_source` call (a
+    library's user) changes nothing of the process's collector."""
+    code = "from accelerate import Accelerator\n\naccelerator = Accelerator()\nmodel = net.cuda()\n"
+    (tmp_path / "a.py").write_text(code)
+    probe = textwrap.dedent(
+        f"""
+        import gc, weakref
+        from pathlib import Path
+        from accelify.lint import cli, engine
+        from accelify.lint.selection import Selection
+        path = Path({str(tmp_path)!r}) / "a.py"
+        data = path.read_bytes()
+        before = gc.get_freeze_count()
+        if {{cli}}:
+            with cli._cycles_collected_once(True):
+                result = engine.lint_source(data, str(path), Selection())
+        else:
+            result = engine.lint_source(data, str(path), Selection())
+        import libcst
+        frozen = gc.get_freeze_count()
+        class Cycle: pass
+        cycle = Cycle(); cycle.me = cycle; seen = weakref.ref(cycle); del cycle
+        with cli._cycles_collected_once(True):
+            pass
+        print(before, frozen > 10000, seen() is None, [f.code for f in result.findings])
+        """
+    )
+    said = []
+    for through_cli, frozen in ((True, "True"), (False, "False")):
+        done = subprocess.run(
+            [sys.executable, "-c", probe.replace("{cli}", str(through_cli))],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split()[:3] == ["0", frozen, "True"], done.stdout
+        said.append(done.stdout.split(maxsplit=3)[3])
+    assert said[0] == said[1]  # the same findings

@@ -114,3 +114,88 @@ def test_internals_that_changed_fall_back_to_the_public_provider(monkeypatch, br
         monkeypatch.undo()
         faithful.cache_clear()
     assert faithful()
+
+
+def _statement_wise_as_whole(code: str) -> tuple[int, bool]:
+    """Every node of the module (trivia included) gets from `StatementPositions` the range
+    `Positions` of the whole module gives it; also whether no lookup needed the whole module's
+    pass."""
+    from accelify.analysis.positions import StatementPositions
+
+    module = cst.parse_module(code)
+    whole = Positions(module)
+    parents: dict[int, cst.CSTNode] = {}
+    tops: dict[int, cst.CSTNode] = {}  # each node's top-level statement
+    stack: list[cst.CSTNode] = [module]
+    nodes = []
+    while stack:
+        node = stack.pop()
+        for child in node.children:
+            parents[id(child)] = node
+            tops[id(child)] = child if node is module else tops[id(node)]
+            nodes.append(child)
+            stack.append(child)
+    # a fresh table per statement: a fallback for one statement does not hide the next one's
+    by_statement: dict[int, StatementPositions] = {}
+    stayed = True
+    for node in nodes:
+        positions = by_statement.setdefault(
+            id(tops[id(node)]), StatementPositions(module, code, parents)
+        )
+        assert positions[node] == whole[node], (node, positions[node], whole[node])
+        stayed = stayed and positions._whole is None
+    return len(nodes), stayed
+
+
+def test_statement_wise_positions_are_the_whole_modules_on_every_fixture() -> None:
+    """Each top-level statement's positions, from its own code generation placed by its text,
+    are the module's; most fixtures never need the whole module's pass."""
+    stayed = 0
+    for path in SOURCES:
+        data = path.read_bytes()
+        try:
+            code = data.decode("utf-8")
+            cst.parse_module(code)
+        except (UnicodeDecodeError, cst.ParserSyntaxError):
+            continue
+        _, whole_never_asked = _statement_wise_as_whole(code)
+        stayed += whole_never_asked
+    assert stayed > len(SOURCES) // 2
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # the last statement without its newline, its text (with one) earlier in the file
+        "main()\nx = 1\nmain()",
+        # one statement's text twice: neither occurrence is guessed
+        "# header\n\nx = 1\nif x:\n    x = 1\nx = 1\n",
+        # a text that occurs inside a longer line above it
+        "yx = 1\nx = 1\n",
+        # a footer comment without the file's last newline, its text (with one) above
+        "# end\nx = 1\n# end",
+        # CRLF and lone CR line breaks, comments and blank lines above statements
+        "import os\r\n\r\n# c\r\ndef f(a):\r\n    return (a,\r\n            a)\r\nf(1)\r\n",
+        "a = 1\rb = [a,\r     2]\r",
+        '"""doc\nstring"""\n\n\n@d\nclass C:\n    s = """x\n\ny"""\n    def g(self): pass\n',
+    ],
+)
+def test_statement_wise_positions_of_shapes_that_must_not_be_guessed(code: str) -> None:
+    seen, _ = _statement_wise_as_whole(code)
+    assert seen > 0
+
+
+def test_a_lint_model_finds_its_positions_statement_by_statement() -> None:
+    from accelify.analysis.positions import StatementPositions
+    from accelify.analysis.script_model import analyze
+
+    code = (
+        "import torch\n\n\ndef f(model):\n    return model.cuda()\n\n\nf(torch.nn.Linear(1, 1))\n"
+    )
+    module = cst.parse_module(code)
+    model = analyze(module, code)
+    call = module.body[1].body.body[0].body[0].value  # model.cuda()
+    assert model.position(call).start.line == 5
+    assert isinstance(model._positions, StatementPositions)
+    assert model._positions._whole is None  # only the function's own code was generated
+    assert model.position(module.body[1]) == Positions(module)[module.body[1]]

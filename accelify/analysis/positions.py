@@ -145,6 +145,96 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         return len(self._computed)
 
 
+class StatementPositions(Mapping[cst.CSTNode, CodeRange]):
+    """`Positions`, generated one top-level statement at a time: a finding needs the lines of
+    the statement it is in, not a code generation of the whole file (half a parse of it, paid
+    by every file with a finding). A top-level statement starts a line, at column 0, and its
+    code generated alone is the text the module's code holds for it; where that text occurs
+    once in ``source`` (the text the module was parsed from), it occurs there, and the lines
+    before it are counted in ``source``. Anything else (a statement whose text occurs twice, the
+    file's last statement without its newline, a node outside the statements, such as the
+    module or its header's comments, or one the analysis's walk did not record in
+    ``parents``) is looked up in `Positions` of the whole module, made once: the same numbers.
+    The module must stay alive as long as this (its nodes' ids are the keys)."""
+
+    def __init__(self, module: cst.Module, source: str, parents: Mapping[int, cst.CSTNode]) -> None:
+        self._module, self._source, self._parents = module, source, parents
+        self._computed: dict[int, tuple[_Point, _Point]] = {}
+        self._tried: dict[int, bool] = {}  # by the statement's id: its lines were found
+        self._ranges: dict[int, CodeRange] = {}
+        self._whole: Positions | None = None
+        #: without the file's last newline, the last statement's own code has one more line
+        #: break than the file: never looked up in the text
+        self._unfound = module.body[-1] if module.body and not module.has_trailing_newline else None
+        self._statements = {id(statement) for statement in module.body}
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        key = id(node)
+        found = self._ranges.get(key)
+        if found is not None:
+            return found
+        if self._whole is None:
+            statement = self._statement_of(node)
+            if statement is not None and self._generated(statement):
+                numbers = self._computed.get(key)
+                if numbers is not None:
+                    found = self._ranges[key] = _code_range(numbers)
+                    return found
+            self._whole = Positions(self._module)
+        return self._whole[node]
+
+    def _statement_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The top-level statement that holds ``node`` (or is it); None for any other node."""
+        module, parents = self._module, self._parents
+        current = node
+        while True:
+            parent = parents.get(id(current))
+            if parent is None:
+                return None
+            if parent is module:  # (the header's and footer's comments are not statements)
+                return current if id(current) in self._statements else None
+            current = parent
+
+    def _generated(self, statement: cst.CSTNode) -> bool:
+        """The positions of ``statement``'s nodes, from its code generated alone and placed at
+        the line its text starts on in ``source``; False where that line is not certain."""
+        key = id(statement)
+        done = self._tried.get(key)
+        if done is not None:
+            return done
+        self._tried[key] = False
+        if statement is self._unfound:
+            return False
+        state = _PositionState(self._module)
+        statement._codegen(state)
+        text = "".join(state.tokens)
+        source = self._source
+        at = source.find(text)
+        if at < 0 or source.find(text, at + 1) >= 0:
+            return False  # (a text that occurs twice, overlapping or not: which is it?)
+        # the line breaks before it, as libcst counts them (``\r\n``, ``\r``, ``\n``): the text
+        # before a statement ends with a whole line break
+        above = source.count("\n", 0, at) + source.count("\r", 0, at) - source.count("\r\n", 0, at)
+        computed = self._computed
+        for node_id, ((start_line, start_column), (end_line, end_column)) in state.computed.items():
+            computed[node_id] = ((start_line + above, start_column), (end_line + above, end_column))
+        self._tried[key] = True
+        return True
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        raise TypeError("positions are looked up by node, not listed")
+
+    def __len__(self) -> int:
+        if self._whole is None:
+            self._whole = Positions(self._module)
+        return len(self._whole)
+
+
+def _code_range(numbers: tuple[_Point, _Point]) -> CodeRange:
+    (start_line, start_column), (end_line, end_column) = numbers
+    return CodeRange(CodePosition(start_line, start_column), CodePosition(end_line, end_column))
+
+
 #: Code with the shapes whose position libcst records apart from its code generation's order
 #: (a decorated ``async def`` and its parameters, statements on one line, ``elif``/``else``,
 #: parentheses, a multi-line string, an f-string, CRLF and tab indentation): small, as each

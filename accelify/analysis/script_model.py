@@ -63,14 +63,22 @@ _CONVERSIONS = frozenset({"int", "str", "bool", "float", "getattr", "get", "gete
 OPTIMIZER_METHODS = {"configure_optimizers"}
 
 
-def _positions_of(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
+def _positions_of(
+    module: cst.Module,
+    source: str | None = None,
+    parents: Mapping[int, cst.CSTNode] | None = None,
+) -> Mapping[cst.CSTNode, CodeRange]:
     """Our cheaper pass where libcst's code generation has the internals it relies on (a private
     module of libcst, checked once per process: `positions.faithful`), libcst's own public
-    `PositionProvider` where a libcst release moved or changed them."""
+    `PositionProvider` where a libcst release moved or changed them. With the UTF-8 text the
+    module was parsed from (``source``) and its nodes' ``parents``, statement by statement as
+    they are asked about (`positions.StatementPositions`)."""
     try:
-        from accelify.analysis.positions import Positions, faithful
+        from accelify.analysis.positions import Positions, StatementPositions, faithful
 
         if faithful():
+            if source is not None and parents is not None and module.encoding == "utf-8":
+                return StatementPositions(module, source, parents)
             return Positions(module)
     except ImportError:
         pass
@@ -233,7 +241,9 @@ class ScriptModel:
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
         if self._positions is None:
-            self._positions = _positions_of(self.module)
+            # the text analysed, where it was handed over (`analyze`): no code generation for it
+            source = self.__dict__.get("source")
+            self._positions = _positions_of(self.module, source, self.parents)
         return self._positions[node]
 
     def line(self, node: cst.CSTNode) -> int:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from accelify.errors import UserError
+from accelify.lint import engine
 from accelify.lint.cache import LintCache, cache_root, open_cache, project_context
 from accelify.lint.engine import FileResult, lint_source
 from accelify.lint.finding import Finding
@@ -222,6 +223,7 @@ def _cycles_collected_once(collect: bool = True) -> Iterator[None]:
         yield
         return
     _no_collection_at_exit()
+    engine.freeze_imports = True  # the modules an analysis imports: out of this pass's view
     gc.disable()
     try:
         yield
