@@ -591,6 +591,23 @@ class Context:
             return f"{reached}.{member}"
         return f"accelerator.{member} (no accelerator is reachable here: hand it in as a parameter)"
 
+    def main_process_test_at(self, node: cst.CSTNode) -> tuple[str, str]:
+        """The test of the main process review advice at ``node`` may name, and what to add
+        for it: the accelerator reached there (`advised_accelerator`); outside the class that
+        holds ``self.accelerator`` with no instance named (``Trainer(OUT).fit()`` under ``if
+        __name__ == "__main__":``), the process state and its import (review10a b1: the advice
+        named ``self.accelerator`` where no ``self`` exists)."""
+        reached = self.advised_accelerator(node)
+        if reached is not None:
+            return f"{reached}.is_main_process", ""
+        if self.acc.startswith("self."):
+            module = TARGET_MODULES[self.options.target]["PartialState"]
+            return (
+                "PartialState().is_main_process",
+                f" (no accelerator is reachable here: from {module} import PartialState)",
+            )
+        return self.a_at(node, "is_main_process"), ""
+
     def process_state(self) -> str:
         """``PartialState()``: where ``self.accelerator`` cannot be reached and no instance is
         named (``best = Trainer(...).fit()`` in ``main``), the same process state, for what
