@@ -323,3 +323,66 @@ def test_a_numpy_score_of_gathered_lists_is_agreed_and_a_random_one_is_not():
     )
     assert {"f1", "macro"} <= agreed
     assert "noisy" not in agreed
+
+
+def test_train_false_is_eval_mode():
+    """``model.train(False)`` is nn.Module's eval(): a greedy token after it is agreed."""
+    agreed = _agreed_at_module(
+        """
+        model.train(False)
+        logits = model(torch.tensor([[5]]))
+        """
+    )
+    assert "logits" in agreed
+
+
+STOPPER = """
+import torch
+from torch import nn
+
+
+class Trainer:
+    def fit(self, epochs, patience):
+        self.patience = patience
+        self.last_loss = torch.inf
+        self.trigger = 0
+        self.losses = []
+        self.stop = False
+        self.epoch = 0
+        while self.epoch < epochs and not self.stop:
+            self.losses.append({loss})
+            self.earlystopping()
+            self.epoch += 1
+
+    def earlystopping(self):
+        if self.losses[-1] >= self.last_loss:
+            self.trigger += 1
+        self.last_loss = self.losses[-1]
+        if self.trigger >= self.patience:
+            self.stop = True
+
+    def rank_loss(self):
+        return torch.rand(1).item()
+
+
+Trainer().fit(5, 2)
+"""
+
+
+def _state(loss: str) -> AgreedValues:
+    model = analyze(cst.parse_module(STOPPER.replace("{loss}", loss)))
+    return AgreedValues(facts_of(model), lambda evaluation: True)
+
+
+def test_a_flag_a_trigger_method_sets_from_agreed_state_is_agreed():
+    """The stop flag of realconv36's whilestop, through ``earlystopping()``: every write of
+    ``stop``, ``trigger``, ``last_loss`` and ``losses`` is agreed (a constant here)."""
+    state = _state("0.5")
+    assert all(state.state_agreed(a) for a in ("stop", "epoch", "trigger", "losses"))
+
+
+def test_a_flag_a_trigger_method_sets_from_a_ranks_own_value_is_not_agreed():
+    state = _state("self.rank_loss()")
+    assert not state.state_agreed("losses")
+    assert not state.state_agreed("trigger")
+    assert not state.state_agreed("stop")

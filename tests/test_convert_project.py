@@ -1753,6 +1753,37 @@ def test_a_driver_saves_an_alias_of_the_model_its_trainer_prepares_with_plain_ke
     assert "net.state_dict()" not in converted
 
 
+def test_a_helper_of_the_driver_handed_the_trainer_is_told_its_save_writes_module_keys(
+    tmp_path: Path,
+):
+    """``def checkpoint(tr, path): torch.save(tr.model.state_dict(), path)`` called with the
+    trainer (review10a p1): ``tr.model`` is the prepared model, so the review line at the save
+    says what breaks (``module.`` keys the plain model does not load) and what to write there,
+    through the accelerator the helper is handed (``tr.accelerator``)."""
+    project = tmp_path / "project"
+    shutil.copytree(DRIVER_SAVES_ALIAS, project)
+    train_py = project / "train.py"
+    source = train_py.read_text()
+    source = source.replace(
+        "def main():\n",
+        "def checkpoint(tr, path):\n    torch.save(tr.model.state_dict(), path)\n\n\ndef main():\n",
+    )
+    source = source.replace(
+        '        print(f"epoch {epoch} done")\n',
+        '        print(f"epoch {epoch} done")\n'
+        '        checkpoint(trainer, "checkpoints/helper.pt")\n',
+    )
+    train_py.write_text(source)
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    (review,) = results["train.py"].reviews
+    assert review.line == 11
+    assert "under if tr.accelerator.is_main_process" in review.text
+    assert "module. prefix, which the plain model does not load" in review.text
+    assert "save tr.accelerator.unwrap_model(tr.model).state_dict() instead of" in review.text
+
+
 @pytest.mark.parametrize(
     ("old", "new", "why"),
     [

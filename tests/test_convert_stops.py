@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 
 from accelify.convert import convert_source
+from conftest import FIXTURES
 
 TRAINER = """
 import torch
@@ -121,3 +122,45 @@ def test_a_setattr_key_the_file_does_not_pin_to_one_string_may_write_the_counter
         'KEY = "x"\n\ndef rebind():\n    global KEY\n    KEY = "bad_epochs"',
     ):
         assert _stop_made_collective(key), key
+
+
+STOP_FLAG = (
+    FIXTURES / "convert" / "early_stop_flag_set_by_a_trigger_method_from_the_validation_loss"
+)
+_HANG = "this loop's condition reads a value each rank computed for itself"
+
+
+def test_a_while_flag_set_by_a_trigger_method_from_a_gathered_loss_is_not_a_hang():
+    """``while ... and not self.stop`` where ``earlystopping()`` sets ``self.stop`` from the
+    gathered validation loss (realconv36's whilestop, with ``model.train(False)``): every
+    rank decides alike, so no review line says it may hang."""
+    conversion = convert_source((STOP_FLAG / "before.py").read_bytes(), "before.py")
+    assert not [note for note in conversion.reviews if _HANG in note.text]
+
+
+def test_a_while_flag_set_by_a_trigger_method_from_a_training_loss_keeps_its_review():
+    """The same flag set from this rank's own training loss: the ranks may leave apart."""
+    source = (STOP_FLAG / "before.py").read_text()
+    for old, new in (
+        (
+            "        self.val_losses = []\n",
+            "        self.val_losses = []\n        self.seen = []\n",
+        ),
+        (
+            "            self.forward_train()\n",
+            "            self.seen.append(self.forward_train())\n",
+        ),
+        (
+            "            self.optimizer.step()\n",
+            "            self.optimizer.step()\n        return loss.item()\n",
+        ),
+        (
+            "        if self.val_losses[-1] >= self.last_loss:",
+            "        if self.seen[-1] >= self.last_loss:",
+        ),
+    ):
+        assert old in source
+        source = source.replace(old, new)
+    conversion = convert_source(source.encode(), "before.py")
+    (review,) = [note for note in conversion.reviews if _HANG in note.text]
+    assert review.line == 22  # the while, below the one line added above it

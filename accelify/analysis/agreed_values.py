@@ -57,6 +57,8 @@ _TENSOR_OF = {"torch.tensor", "torch.as_tensor", "torch.LongTensor", "torch.Tens
 _PLACING_KEYWORDS = {"device", "dtype", "requires_grad"}
 #: List methods that put their last argument into the list.
 _LIST_FILLS = {"append", "extend", "insert"}
+#: Methods that change a list or dict in place without a value of their own to follow.
+_LIST_CHANGES = {"pop", "clear", "remove", "sort", "reverse", "update", "setdefault", "popitem"}
 
 #: The node types `AgreedValues._bindings` reads a binding from (none has a subclass in
 #: libcst, so a test of the exact type is the ``isinstance`` chain's answer, without its
@@ -85,6 +87,7 @@ class AgreedValues:
         self._state_names: frozenset[str] | None = None
         self._attribute_writes: dict[str, list[cst.CSTNode]] | None = None
         self._attributes: dict[str, bool] = {}
+        self._state: frozenset[str] | None = None
 
     def test_agreed(self, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Every rank decides ``test`` (read at ``at``) alike: it reads only constants,
@@ -324,6 +327,102 @@ class AgreedValues:
             )
         return self._attributes[attribute]
 
+    def state_agreed(self, attribute: str) -> bool:
+        """``self.stop`` set through a trigger method (``def earlystopping(self): if
+        self.val_losses[-1] >= self.last_loss: self.trigger += 1 ... if self.trigger >=
+        self.patience: self.stop = True``): every rank holds the attribute alike when every
+        write of it in the file (an attribute of that name on any object, a cautious reading)
+        binds a value every rank holds alike in its function, under tests and loops every rank
+        takes alike, reading only instance state that is itself agreed (followed through the
+        locals it is made of); a list attribute likewise for what ``append``/``extend``/
+        ``insert`` put in it (``self.val_losses.append(valid_loss)`` of a gathered loss). A
+        stricter reading than `_attribute_agreed`, which a stop test needs: a flag one rank
+        sets on its own validation loss leaves the others waiting."""
+        if self._state is None:
+            self._state = self._agreed_state()
+        return attribute in self._state
+
+    def _agreed_state(self) -> frozenset[str]:
+        """The greatest set of attribute names whose every write is agreed given the others
+        (a counter that reads itself, ``self.trigger += 1``, is agreed where the rest is)."""
+        writes: dict[str, list[tuple[cst.BaseExpression | None, cst.CSTNode]]] = {}
+        for name, nodes in self.attribute_writes().items():
+            for node in nodes:
+                value = getattr(node, "value", None) if not isinstance(node, cst.For) else None
+                writes.setdefault(name, []).append((value, node))
+        for call in self.model.calls:
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Attribute)
+                and func.attr.value in _LIST_FILLS | _LIST_CHANGES
+            ):
+                value = call.args[-1].value if call.args else cst.Name("True")
+                writes.setdefault(func.value.attr.value, []).append((value, call))
+        agreed = set(writes)
+        changed = True
+        while changed:
+            changed = False
+            for name in list(agreed):
+                if not all(self._write_agreed(v, node, agreed) for v, node in writes[name]):
+                    agreed.discard(name)
+                    changed = True
+        return frozenset(agreed)
+
+    def _write_agreed(
+        self, value: cst.BaseExpression | None, node: cst.CSTNode, state: set[str]
+    ) -> bool:
+        """``value`` written at ``node`` and the tests around it are agreed in their function,
+        reading only attributes in ``state``."""
+        if value is None:
+            return False
+        function = self.facts.placement.enclosing_function(node) or self.model.module
+        agreed = self.names(function)
+        for read in (value, *self._guards(node, function)):
+            if read is value and self._module_constant(value):
+                continue  # ``self.last_loss = torch.inf``
+            if not self._agreed(read, function, agreed, 0):
+                return False
+            if not self._state_read_through(read, function) <= state:
+                return False
+        return True
+
+    def _module_constant(self, value: cst.BaseExpression) -> bool:
+        """``torch.inf``, ``math.pi``, ``np.nan``: a constant of an imported module."""
+        name = dotted(value)
+        if name is None or "." not in name or not isinstance(value, cst.Attribute):
+            return False
+        resolved = self.model.imports.resolve(name)
+        return resolved is not None and resolved.split(".")[0] in ("torch", "math", "numpy")
+
+    def _state_read_through(self, value: cst.BaseExpression, function: Scope) -> set[str]:
+        """The instance attributes ``value`` reads, directly or through the locals of
+        ``function`` it reads (``loss = self.val_losses[-1]``, then ``loss > best``)."""
+        bound: dict[str, list[cst.BaseExpression]] = {}
+        for node in self.model.index.own_nodes(function):
+            if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign) and node.value:
+                targets = (
+                    [t.target for t in node.targets]
+                    if isinstance(node, cst.Assign)
+                    else [node.target]
+                )
+                for target in targets:
+                    for name in walk(target):
+                        if isinstance(name, cst.Name):
+                            bound.setdefault(name.value, []).append(node.value)
+        found = _own_state_read(value)
+        pending = [n.value for n in walk(value) if isinstance(n, cst.Name)]
+        seen: set[str] = set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for each in bound.get(name, []):
+                found |= _own_state_read(each)
+                pending += [n.value for n in walk(each) if isinstance(n, cst.Name)]
+        return found
+
     def _from_training(self, write: cst.CSTNode) -> bool:
         """``write`` stores what a training loop computed: it stands in one (``self.loss =
         loss.item()``), or it reads a name of its function that one binds (``total`` of
@@ -473,6 +572,7 @@ class AgreedValues:
         then not agreed, whatever it is handed. What only ``__init__`` sets (``self.loader``)
         and a method called on ``self`` are not such reads."""
         called = {id(node.func) for node in walk(value) if isinstance(node, cst.Call)}
+        called |= self._loader_lengths(value)
         return any(
             isinstance(node, cst.Attribute)
             and isinstance(node.value, cst.Name)
@@ -481,6 +581,23 @@ class AgreedValues:
             and node.attr.value in self._set_after_construction()
             for node in walk(value)
         )
+
+    def _loader_lengths(self, value: cst.BaseExpression) -> set[int]:
+        """The ids of ``self.val_loader`` in ``len(self.val_loader)`` inside ``value``, of an
+        attribute that holds a DataLoader: its batches per rank, as many on every rank (a
+        prepared loader gives each rank as many; one left whole is the same everywhere), though
+        the instance set it after construction (``fit(self, train_loader, val_loader)``)."""
+        found: set[int] = set()
+        for node in walk(value):
+            if (
+                isinstance(node, cst.Call)
+                and dotted(node.func) == "len"
+                and len(node.args) == 1
+                and isinstance(node.args[0].value, cst.Attribute)
+                and self.facts.flow.kind_of(dotted(node.args[0].value), node) is Kind.DATALOADER
+            ):
+                found.add(id(node.args[0].value))
+        return found
 
     def attribute_writes(self) -> dict[str, list[cst.CSTNode]]:
         """Every statement of the file that writes an attribute, by the attribute's name (of
@@ -536,6 +653,9 @@ def _mode_switch(node: cst.CSTNode, name: str) -> str | None:
         and node.func.attr.value in ("eval", "train")
         and dotted(node.func.value) == name
     ):
+        mode = node.args[0].value if node.func.attr.value == "train" and node.args else None
+        if isinstance(mode, cst.Name) and mode.value == "False":
+            return "eval"  # ``model.train(False)``: nn.Module's eval() is train(False)
         return node.func.attr.value
     return None
 

@@ -37,7 +37,12 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
-from accelify.analysis.loops import enumerates, first_enumerate_name, phase_name
+from accelify.analysis.loops import (
+    enumerate_start,
+    enumerates,
+    first_enumerate_name,
+    phase_name,
+)
 from accelify.analysis.loss_reduction import is_ctc_loss, made_as_a_loss, sums_its_batch
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
@@ -1351,6 +1356,15 @@ def _step_counters(loop: Loop) -> set[str]:
     return set()
 
 
+def _last_indices(loop: Loop) -> set[str]:
+    """`_step_counters` of an ``enumerate`` that counts from 0: after the loop its index is the
+    batches less one. Counted from 1 (``enumerate(loader, start=1)``) it is the loop's count
+    of batches, a divisor in proportion with the steps taken, as ``len(loader)`` is
+    (`shard_totals.averaged_over_batches` reads it so; review10a e1: it was said to be one
+    less)."""
+    return _step_counters(loop) if enumerate_start(loop) == 0 else set()
+
+
 def _stores_at(sink: cst.CSTNode, counted: set[str]) -> set[str]:
     """The step counts (``counted``) that the position ``sink`` stores at reads:
     ``preds[i * bs : i * bs + len(out)] = out`` reads ``i``."""
@@ -1500,7 +1514,7 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
             continue
         if _divided_as_added(statement.value):
             continue
-        by_index = _divided_by_the_last_index(scope, total, _step_counters(found.loop))
+        by_index = _divided_by_the_last_index(scope, total, _last_indices(found.loop))
         if by_index is not None:
             index = by_index.value
             loader = found.loop.iterable or "the loader"
@@ -2473,6 +2487,31 @@ def _divided_as_added(value: cst.BaseExpression) -> bool:
         and isinstance(value.right, cst.Call)
         and dotted(value.right.func) == "len"
     )
+
+
+def sums_over_the_last_index(model: ScriptModel, loop: Loop) -> list[tuple[str, cst.Name]]:
+    """``train_loss += loss.item()`` in ``loop`` (any loop, a training one included), then
+    ``train_loss / num`` where ``num`` is the last index ``enumerate`` handed the loop (also
+    through ``n = num``, ``float(num)``): by name, each such total and the divisor read. The
+    index is the loop's batches less one, which no number of ranks keeps in proportion: over
+    a prepared loader the quotient changes with N (`_divided_by_the_last_index`)."""
+    indices = _last_indices(loop)
+    if not indices:
+        return []
+    scope = model.scope_of(loop.node)
+    found: list[tuple[str, cst.Name]] = []
+    for node in walk(loop.node.body):
+        if not (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and isinstance(node.target, cst.Name)
+        ):
+            continue
+        total = node.target.value
+        over = _divided_by_the_last_index(scope, total, indices)
+        if over is not None and all(total != t for t, _ in found):
+            found.append((total, over))
+    return found
 
 
 def _divided_by_the_last_index(

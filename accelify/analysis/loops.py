@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from accelify.analysis.syntax import Visitor, dotted, result_used, visit_code
+
+if TYPE_CHECKING:
+    from accelify.analysis.script_model import Loop
 
 
 def loop_source(node: cst.BaseExpression) -> str | None:
@@ -56,6 +60,25 @@ def enumerates(node: cst.BaseExpression) -> bool:
             return True
         node = node.args[0].value
     return False
+
+
+def enumerate_start(loop: Loop) -> int | None:
+    """Where the ``enumerate`` of ``loop`` (its iterable, or what a bar wraps) counts from: 0
+    unless a ``start`` is given (``enumerate(loader, start=1)``, ``enumerate(loader, 1)``);
+    None where the loop enumerates nothing or starts at a value not written out."""
+    sources = [loop.node.iter] + ([loop.through] if loop.through is not None else [])
+    for node in sources:
+        while isinstance(node, cst.Call) and node.args:
+            if dotted(node.func) == "enumerate":
+                start = [
+                    a for a in node.args[1:] if a.keyword is None or a.keyword.value == "start"
+                ]
+                if not start:
+                    return 0
+                value = start[0].value
+                return int(value.value) if isinstance(value, cst.Integer) else None
+            node = node.args[0].value
+    return None
 
 
 def first_enumerate_name(target: cst.BaseExpression) -> set[str]:

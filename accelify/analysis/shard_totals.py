@@ -16,7 +16,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.call_graph import CallGraph
-from accelify.analysis.loops import phase_name
+from accelify.analysis.loops import enumerate_start, first_enumerate_name, phase_name
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.placement import Placement
 from accelify.analysis.sample_counts import bound_to, spelled
@@ -276,8 +276,9 @@ def _lengths_of_the_loader(model: ScriptModel, loop: Loop) -> set[str]:
 
 
 def _batch_counters(loop: Loop) -> set[str]:
-    """``steps += 1`` in the loop's body: names that count the batches it reads."""
-    return {
+    """``steps += 1`` in the loop's body, or the index of ``enumerate(loader, start=1)``: names
+    that count the batches it reads."""
+    counted = {
         node.target.value
         for node in walk(loop.node.body)
         if isinstance(node, cst.AugAssign)
@@ -286,6 +287,9 @@ def _batch_counters(loop: Loop) -> set[str]:
         and isinstance(node.value, cst.Integer)
         and node.value.value == "1"
     }
+    if enumerate_start(loop) == 1:
+        counted |= first_enumerate_name(loop.node.target)
+    return counted
 
 
 def _averaged_by_helper(model: ScriptModel, call: cst.Call, total: str) -> cst.CSTNode | None:

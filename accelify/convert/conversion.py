@@ -17,6 +17,7 @@ import libcst as cst
 from accelify.analysis import names, project_modules
 from accelify.analysis.base_inits import own_init
 from accelify.analysis.facts import facts_of
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel, analyze
 from accelify.analysis.side_effects import writes
 from accelify.analysis.star_imports import star_imported_names
@@ -395,8 +396,13 @@ def _writes_on_every_rank(
             continue  # written once already (``if int(os.environ.get("RANK", 0)) == 0:``)
         if id(project.own_line(model, write.call)) in skip:
             continue  # saved once through the accelerator (`_saves_once`)
+        handed = _instance_parameter(model, write.call, reach)
+        acc = None
         if reach is not None and project.in_scope_below(model, write.call, reach[1]):
             acc = reach[0]
+        elif handed is not None:  # ``def checkpoint(tr, path)`` handed ``trainer``
+            acc = f"{handed}.accelerator"
+        if acc is not None:
             guard = f"after {acc}.wait_for_everyone(), under if {acc}.is_main_process:"
         else:
             guard = "on the process where int(os.environ.get('RANK', 0)) == 0, once all are done"
@@ -404,12 +410,15 @@ def _writes_on_every_rank(
             "this write runs on every rank once the file it trains through runs them all "
             f"(each process writes the same file, racing): write it once, {guard}"
         )
-        held = _wrapped_state_saved(write.call, reach, wrapped)
+        held = _wrapped_state_saved(write.call, reach, wrapped, handed)
         if held is not None:
+            acc = acc or reach[0]  # type: ignore[index]
             text += (
-                f"; and {held} is the model that file prepares (wrapped for DDP there): save "
-                f"{reach[0]}.unwrap_model({held}).state_dict(), else every key is saved "  # type: ignore[index]
-                "with a module. prefix that the plain model does not load"
+                f"; and {held} is the model that file prepares (on more than one process its "
+                f"DDP wrapper): its state_dict() saves every key with a module. prefix, which "
+                "the plain model does not load (load_state_dict raises Missing/Unexpected "
+                f"key(s)): save {acc}.unwrap_model({held}).state_dict() instead of "
+                f"{held}.state_dict()"
             )
         notes.append(Note(model.line(write.call), text))
     return notes
@@ -562,15 +571,43 @@ def _gathered_state(
     return cst.Module([]).code_for_node(rebuilt)
 
 
-def _wrapped_state_saved(
-    call: cst.Call, reach: tuple[str, cst.CSTNode] | None, wrapped: set[str]
+def _instance_parameter(
+    model: ScriptModel, node: cst.CSTNode, reach: tuple[str, cst.CSTNode] | None
 ) -> str | None:
-    """``stealer.model`` of ``stealer.model.state_dict()`` inside ``call`` (a write), where
-    ``stealer.accelerator`` is ``reach``'s accelerator and the other file prepares
-    ``self.model``."""
+    """``tr`` for ``node`` in ``def checkpoint(tr, path)`` where every call of the file that
+    binds ``tr`` hands it the instance ``reach`` names (``checkpoint(trainer, p)``): there
+    ``tr.model`` is the instance's prepared model and ``tr.accelerator`` its accelerator."""
     if reach is None:
         return None
     instance = reach[0].rpartition(".")[0]
+    function = facts_of(model).placement.enclosing_function(node)
+    if function is None:
+        return None
+    found: set[str] = set()
+    for call, implicit in model.call_graph.calls_of(function):
+        for parameter, argument in bound_arguments(function, call, implicit):
+            if dotted(argument.value) == instance:
+                found.add(parameter)
+    for call, implicit in model.call_graph.calls_of(function):
+        for parameter, argument in bound_arguments(function, call, implicit):
+            if parameter in found and dotted(argument.value) != instance:
+                found.discard(parameter)
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def _wrapped_state_saved(
+    call: cst.Call,
+    reach: tuple[str, cst.CSTNode] | None,
+    wrapped: set[str],
+    handed: str | None = None,
+) -> str | None:
+    """``stealer.model`` of ``stealer.model.state_dict()`` inside ``call`` (a write), where
+    ``stealer.accelerator`` is ``reach``'s accelerator and the other file prepares
+    ``self.model``; ``handed``: the name of the instance in the write's own function (a
+    parameter handed it, `_instance_parameter`)."""
+    if reach is None:
+        return None
+    instance = handed or reach[0].rpartition(".")[0]
     for node in walk(call):
         if (
             isinstance(node, cst.Call)

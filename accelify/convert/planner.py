@@ -48,6 +48,7 @@ from accelify.convert.steps import (
     side_effects,
     through_forward,
     tracker_runs,
+    training_means,
     unused_outputs,
     unwrap,
 )
@@ -85,6 +86,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     logging_once.run,
     tracker_runs.run,
     evaluation.run,
+    training_means.run,
     metric_schedulers.run,
     scheduler_pace.run,
     accumulation.run,

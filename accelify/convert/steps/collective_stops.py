@@ -137,8 +137,21 @@ def _names_only(ctx: Context, test: cst.BaseExpression) -> bool:
             isinstance(node, cst.Attribute)
             and not _constructor_setting(ctx, node)
             and not _run_setting(ctx, node)
+            and not _agreed_state(ctx, node)
         )
         for node in walk(test)
+    )
+
+
+def _agreed_state(ctx: Context, attribute: cst.Attribute) -> bool:
+    """``self.stop``, ``self.epoch``: instance state every write of which is agreed
+    (`AgreedValues.state_agreed`: a flag a trigger method sets from a gathered validation loss,
+    an epoch counter), so every rank reads it alike."""
+    return (
+        isinstance(attribute.value, cst.Name)
+        and attribute.value.value == "self"
+        and not _set_by_name(ctx, attribute.attr.value)
+        and ctx.agreed.state_agreed(attribute.attr.value)
     )
 
 

@@ -21,7 +21,7 @@ from accelify.analysis.flow import SchedulerStep
 from accelify.analysis.loss_sources import runs_before
 from accelify.analysis.objects import bound_arguments, returned_local
 from accelify.analysis.own_values import ShardView
-from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.script_model import Binding, Kind, Loop, ScriptModel
 from accelify.analysis.syntax import all_params, assigned_targets, dotted, self_parameter, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
@@ -434,13 +434,34 @@ class Context:
     def _received_prepared(self, name: str | None, prepared: set[str]) -> bool:
         """``self.loader`` a constructor received (``Trainer(model, optimizer, loader)``, also a
         base class's) where every caller handed it a prepared loader."""
-        sources = [
-            source
-            for binding in self.model.bindings
-            if binding.name == name and binding.received
-            for source in binding.sources
-        ]
+        received = [b for b in self.model.bindings if b.name == name and b.received]
+        sources = [source for binding in received for source in binding.sources]
+        if any(self._handed_before_its_prepare(binding) for binding in received):
+            return False
         return bool(sources) and all(source in prepared for source in sources)
+
+    def _handed_before_its_prepare(self, binding: Binding) -> bool:
+        """``evaluator = Evaluator(val_loader)`` above the statement the prepare of
+        ``val_loader`` follows, in the prepare's own function: the instance keeps the loader
+        as made (the prepare rebinds the name, not what the instance holds), so a loop over
+        ``self.loader`` in its method reads all of it on every rank; gathered, each sample
+        would count once per rank (2 ranks printed (28, 64) for (14, 32))."""
+        function = binding.scope
+        value = binding.value
+        if not isinstance(function, cst.FunctionDef) or not isinstance(value, cst.Name):
+            return False
+        for call, implicit in self.model.call_graph.calls_of(function):
+            for parameter, argument in bound_arguments(function, call, implicit):
+                handed = dotted(argument.value)
+                anchor = self.prepared_after.get(handed or "")
+                if (
+                    parameter == value.value
+                    and anchor is not None
+                    and self.model.scope_of(call) is self.model.scope_of(anchor)
+                    and not self.after_prepare(call, handed)
+                ):
+                    return True
+        return False
 
     def instance_outside_class(
         self, node: cst.CSTNode, owner: cst.ClassDef | None = None, depth: int = 0
@@ -590,6 +611,23 @@ class Context:
         if reached is not None:
             return f"{reached}.{member}"
         return f"accelerator.{member} (no accelerator is reachable here: hand it in as a parameter)"
+
+    def main_process_test_at(self, node: cst.CSTNode) -> tuple[str, str]:
+        """The test of the main process review advice at ``node`` may name, and what to add
+        for it: the accelerator reached there (`advised_accelerator`); outside the class that
+        holds ``self.accelerator`` with no instance named (``Trainer(OUT).fit()`` under ``if
+        __name__ == "__main__":``), the process state and its import (review10a b1: the advice
+        named ``self.accelerator`` where no ``self`` exists)."""
+        reached = self.advised_accelerator(node)
+        if reached is not None:
+            return f"{reached}.is_main_process", ""
+        if self.acc.startswith("self."):
+            module = TARGET_MODULES[self.options.target]["PartialState"]
+            return (
+                "PartialState().is_main_process",
+                f" (no accelerator is reachable here: from {module} import PartialState)",
+            )
+        return self.a_at(node, "is_main_process"), ""
 
     def process_state(self) -> str:
         """``PartialState()``: where ``self.accelerator`` cannot be reached and no instance is

@@ -23,12 +23,13 @@ def guard(ctx: Context, node: cst.CSTNode, text: str, what: str) -> bool:
     every_rank = _every_rank_calls(ctx, node)
     stuck = next((c for c in every_rank if not _hoistable(ctx, c, node)), None)
     if stuck is not None:
+        test, note = ctx.main_process_test_at(node)
         ctx.plan.review(
             ctx.line(node),
             f"{what}, and this code calls {ctx.code(stuck.func)}() (line {ctx.line(stuck)}), "
             "which every rank must run (it evaluates over a sharded loader, runs the model or "
             "trains): compute its result on every rank first, then run the rest under "
-            f"`if {ctx.a('is_main_process')}:`",
+            f"`if {test}:`{note}",
         )
         return False
     taken = names_in_scope(ctx.model, ctx.model.scope_of(node))

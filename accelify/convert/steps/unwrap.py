@@ -33,6 +33,7 @@ def run(ctx: Context) -> None:
     _layers_by_index(ctx)
     _traced(ctx)
     _handed_out_of_reach(ctx)
+    _handed_to_read_the_wrapper(ctx)
     _handed_to_another_module(ctx)
     _handed_to_be_copied(ctx)
     _copied(ctx)
@@ -130,6 +131,141 @@ def _handed_out_of_reach(ctx: Context) -> None:
                 parameter,
                 "which reads its state_dict() where the accelerator is not reachable",
             )
+
+
+def _handed_to_read_the_wrapper(ctx: Context) -> None:
+    """``count_children(trainer.model)`` where the helper, out of the accelerator's reach,
+    reads what the DDP wrapper answers for itself: ``list(m.children())`` (the wrapper's one
+    child, the whole model), ``m.named_parameters()`` (``module.`` names), ``m.fc`` (no such
+    attribute: AttributeError), ``m[0]``. On one process the helper sees the model; on two it
+    saw the wrapper (review10a: a printed count went from 3 to 1). A helper that only reads
+    the model is handed ``unwrap_model(model)`` at each call after the prepare; one that also
+    runs the model (its forward through the wrapper is what DDP synchronises) or hands it on is
+    left as it is, with a review line at the call that says what to change in the helper."""
+    for function, received in ctx.facts.flow.params.items():
+        if ctx.plan.reaches(function):
+            continue
+        for parameter, kind in received.items():
+            if kind is not Kind.MODEL or _reads_state_only(ctx, function, parameter, set()):
+                continue
+            reads, other = _wrapper_reads(ctx, function, parameter)
+            if not reads:
+                continue
+            if not other:
+                _unwrap_where_handed(
+                    ctx,
+                    function,
+                    parameter,
+                    f"which reads {_shown_reads(reads)} of it: of the model, not of its DDP "
+                    "wrapper",
+                    surely=True,
+                )
+            _review_where_handed(ctx, function, parameter, reads, other)
+
+
+def _wrapper_reads(
+    ctx: Context, function: cst.FunctionDef, parameter: str
+) -> tuple[list[cst.CSTNode], list[str]]:
+    """The uses of ``parameter`` in ``function`` that the DDP wrapper answers other than the
+    model (`NAMED_MEMBERS`, the model's own attributes, an index), and what else the function
+    does with it that unwrapping would change (runs it, hands it on, keeps it)."""
+    reads: list[cst.CSTNode] = []
+    other: list[str] = []
+    for use in walk(function.body):
+        if not (isinstance(use, cst.Name) and use.value == parameter):
+            continue
+        parent = ctx.model.parent(use)
+        if isinstance(parent, cst.Attribute) and parent.value is use:
+            member = parent.attr.value
+            if member == "module" or member.startswith("__"):
+                other.append(f"{parameter}.{member}")
+            elif member in NAMED_MEMBERS or member not in names.MODULE_API:
+                reads.append(parent)
+            continue
+        if isinstance(parent, cst.Subscript) and parent.value is use:
+            reads.append(parent)
+        elif isinstance(parent, cst.Call) and parent.func is use:
+            other.append(f"runs {parameter}(...)")
+        else:
+            other.append(f"hands {parameter} on at line {ctx.line(use)}")
+    return reads, other
+
+
+def _shown_reads(reads: list[cst.CSTNode]) -> str:
+    """``m.children(), m.fc``: each read once, as the helper writes it."""
+    shown: list[str] = []
+    for read in reads:
+        if isinstance(read, cst.Subscript):
+            text = f"{dotted(read.value)}[...]"
+        elif isinstance(read, cst.Attribute) and read.attr.value in names.MODULE_API:
+            text = f"{dotted(read)}()"
+        else:
+            text = dotted(read) or ""
+        if text not in shown:
+            shown.append(text)
+    return ", ".join(shown)
+
+
+def _wrapper_answer(read: cst.CSTNode) -> str:
+    """What the DDP wrapper gives for ``read`` where the model gave its own."""
+    member = read.attr.value if isinstance(read, cst.Attribute) else None
+    if member is None:
+        return "which cannot be indexed: TypeError"
+    if member in ("children", "named_children"):
+        return "its one child is the whole model"
+    if member in ("modules", "named_modules"):
+        return "the wrapper is counted too"
+    if member in NAMED_MEMBERS:
+        return "every name gains a module. prefix"
+    return f"which has no attribute {member}: AttributeError"
+
+
+def _review_where_handed(
+    ctx: Context,
+    function: cst.FunctionDef,
+    parameter: str,
+    reads: list[cst.CSTNode],
+    other: list[str],
+) -> None:
+    """A review line at the helper's first read of the wrapper (where the change is made, and
+    where lint's finding sits), naming the calls that hand ``function`` a prepared model after
+    the prepare, where ``function`` also does what unwrapping at the call would change
+    (``other``); with nothing else (``other`` empty), the calls where no accelerator is reached
+    to unwrap it (`_unwrap_where_handed` took the others)."""
+    handed: list[tuple[cst.Call, str]] = []
+    for call, implicit in ctx.facts.flow.calls_of(function):
+        if not other and (ctx.plan.reaches(call) or ctx.instance_outside_class(call)):
+            continue
+        for name, argument in bound_arguments(function, call, implicit):
+            model = argument.value
+            shown = dotted(model) if isinstance(model, (cst.Name, cst.Attribute)) else None
+            if (
+                name == parameter
+                and shown is not None
+                and shown not in ctx.frozen
+                and ctx.facts.flow.is_model_name(shown, call)
+                and _surely_after_prepare(ctx, call, shown)
+            ):
+                handed.append((call, shown))
+    if not handed:
+        return
+    call, shown = handed[0]
+    acc = ctx.reachable_accelerator(call) or "accelerator"
+    helper = function.name.value
+    lines = ", ".join(str(ctx.line(c)) for c, _ in handed)
+    why = (
+        f"it also {other[0]}, which must stay the wrapper"
+        if other
+        else "no accelerator is reachable there to unwrap it"
+    )
+    ctx.plan.review(
+        ctx.line(reads[0]),
+        f"{helper}() is handed the prepared {shown} (line {lines}) and reads "
+        f"{_shown_reads(reads)} of it: on more than one process it reads the DDP wrapper "
+        f"({_wrapper_answer(reads[0])}), and {why}; left as it is: in {helper}(), read those "
+        f"through {acc}.unwrap_model({parameter}) (handing it the accelerator), or hand it "
+        f"{acc}.unwrap_model({shown}) at the call if it never trains it",
+    )
 
 
 def _handed_to_another_module(ctx: Context) -> None:
@@ -239,12 +375,17 @@ def _same_object(ctx: Context, shown: str, at: cst.CSTNode) -> bool:
     return ctx.model.scope_of(at) is ctx.model.scope_of(anchor)
 
 
-def _unwrap_where_handed(ctx: Context, function: cst.FunctionDef, parameter: str, why: str) -> None:
+def _unwrap_where_handed(
+    ctx: Context, function: cst.FunctionDef, parameter: str, why: str, surely: bool = False
+) -> None:
     """Each reached call of ``function`` that hands it the prepared model as ``parameter`` hands
-    ``accelerator.unwrap_model(model)`` instead; ``why`` says what the callee does with it."""
+    ``accelerator.unwrap_model(model)`` instead; ``why`` says what the callee does with it.
+    ``surely``: only a call that surely runs after the prepare (`_surely_after_prepare`), where
+    what the callee reads of a model not yet prepared could differ (a list of its layers)."""
     for call, implicit in ctx.facts.flow.calls_of(function):
-        if not ctx.plan.reaches(call):
-            continue
+        outside = surely and ctx.instance_outside_class(call) is not None
+        if not ctx.plan.reaches(call) and not outside:
+            continue  # ``trainer.accelerator`` beside the instance, or the scope's own
         for name, argument in bound_arguments(function, call, implicit):
             model = argument.value
             if name != parameter or not isinstance(model, (cst.Name, cst.Attribute)):
@@ -254,6 +395,7 @@ def _unwrap_where_handed(ctx: Context, function: cst.FunctionDef, parameter: str
                 shown in ctx.frozen
                 or not ctx.facts.flow.is_model_name(shown, call)
                 or not ctx.after_prepare(call, shown)
+                or (surely and not _surely_after_prepare(ctx, call, shown))
             ):
                 continue
             unwrap(
