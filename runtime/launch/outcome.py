@@ -257,14 +257,18 @@ def _exited(
         # gloo matched this rank's collective with another one its peers went on to
         peers = sorted(r for r in (states or {}) if r != rank)
         lines.append(guarded_words(rank, guarded, peers, "went on to other collectives"))
+    elif aborted and state is not None and (met := _met_elsewhere(states or {}, state)):
+        # gloo matched this rank's collective with another one a peer made at the same count
+        lines += _mismatch_words(rank, state, met)
     elif aborted and state is not None:
         # NCCL's own checks, or shapes the records did not keep (a peer went on past them)
         lines.append(
             f"{PREFIX} rank {rank} aborted inside {state.operation}: the communication library "
             "aborts a rank when the ranks pass it tensors of different sizes or dtypes, or when "
-            "one rank's collective meets another collective of its peers; rerun with "
-            "`accelify launch --debug` to have each collective compare the ranks' operations "
-            "and shapes first and raise, naming each rank's call"
+            "one rank's collective meets another collective of its peers; the ranks' records "
+            "do not say which: compare what each rank passes to the collective at "
+            f"{place(state)}, and look for a collective before it that runs under a condition "
+            "that differs between ranks (is_main_process, a rank's own metric)"
         )
     lines += _victim_lines(victims, exclude=rank)
     if exitcode == 0:
@@ -274,6 +278,41 @@ def _exited(
         )
     lines.append(f"{PREFIX} the other ranks were stopped")
     return "\n".join(lines), _exit_code(exitcode)
+
+
+def _met_elsewhere(states: dict[int, Record], state: Record) -> dict[int, Record]:
+    """The peers whose collective of the same count as the aborted rank's is another call (an
+    operation, or a call site): ``accelerator.gather`` under ``if is_main_process:`` on rank 0
+    met by rank 1's ``gather_object`` a line later. Each rank counts the collectives it
+    enters, so the same count on two ranks is the one collective the backend paired."""
+    return {
+        rank: peer
+        for rank, peer in sorted(states.items())
+        if rank != state.rank
+        and peer.sequence == state.sequence
+        and peer.where
+        and (peer.operation, peer.where) != (state.operation, state.where)
+    }
+
+
+def _mismatch_words(rank: int, state: Record, met: dict[int, Record]) -> list[str]:
+    """Each rank's collective and line, the aborted rank's first, and the guard of a peer's
+    call where its line is under one (the aborted rank's own guard is said before this)."""
+    each = [f"rank {rank} in {state.operation} at {place(state)}"] + [
+        f"rank {peer} in {record.operation} at {place(record)}" for peer, record in met.items()
+    ]
+    lines = [
+        f"{PREFIX} mismatched collectives (#{state.sequence} of each rank): "
+        + "; ".join(each)
+        + ": a collective one rank makes alone meets another one of its peers, and the "
+        "communication library aborts"
+    ]
+    for peer, record in met.items():
+        guarded = guarded_call(record, [])
+        if guarded is not None:
+            lines.append(guarded_words(peer, guarded, [rank], "went on to another collective"))
+            return lines
+    return lines
 
 
 #: Signals on which the rank's faulthandler dumps its stack (`collective_record.install`).
