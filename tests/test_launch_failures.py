@@ -863,6 +863,48 @@ def test_a_rank_aborted_in_another_collective_than_its_peers_names_each_ranks_ca
     assert "--debug" not in text
 
 
+def test_a_rank_whose_collective_raised_on_a_peers_other_collective_names_each_ranks_call(
+    tmp_path, monkeypatch
+):
+    """The same fail_hang.py, the other way it ends: rank 0's gather checks the ranks' structures
+    first, meets rank 1's gather_object and raises "the ranks passed containers that differ"
+    at line 4 (a symptom); each rank's collective is named after it, and the guard."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "fail_hang.py"
+    script.write_text(
+        "from accelify import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "if accelerator.is_main_process:\n"
+        "    all_r1 = accelerator.gather(r1)\n"
+        "    print(all_r1)\n"
+        "total = sum(gather_object([total]))\n"
+    )
+    main = collective_record._Recorder(tmp_path / "0", 0, skip=())
+    other = collective_record._Recorder(tmp_path / "0", 1, skip=())
+    _enter_at(main, b"gather", script, 4)
+    _enter_at(other, b"gather_object", script, 6)
+    main.finish(collective_record.CRASHED)
+    summary = (
+        "DistributedOperationException: Cannot gather: the ranks passed containers that differ"
+    )
+    write_failure(tmp_path, 0, summary, at=1, where=f"{script}:4")
+    text, code = outcome.failed_run({0: failure(1), 1: failure(-signal.SIGABRT)}, tmp_path, 0)
+    assert code == 1
+    lines = [line for line in text.splitlines() if line.startswith("accelify launch:")]
+    assert lines[1].startswith("accelify launch: rank 0 failed first"), text
+    assert lines[2] == (
+        "accelify launch: mismatched collectives (#1 of each rank): rank 0 in gather at "
+        "fail_hang.py:4 (`all_r1 = accelerator.gather(r1)`); rank 1 in gather_object at "
+        "fail_hang.py:6 (`total = sum(gather_object([total]))`): a collective one rank makes "
+        "alone meets another one of its peers, and the collective raises"
+    ), text
+    assert lines[3].startswith(
+        "accelify launch: rank 0 went into a collective that only some ranks reach: "
+        "fail_hang.py:4 (`all_r1 = accelerator.gather(r1)`) runs under "
+        "`if accelerator.is_main_process:` (fail_hang.py:3), which rank 1 skipped"
+    ), text
+
+
 def test_a_rank_aborted_inside_a_collective_its_peer_passed_other_shapes_is_told_both(tmp_path):
     recorder = collective_record._Recorder(tmp_path / "0", 0, skip=())
     recorder.enter(b"all_reduce", b"(10,) float32")

@@ -72,7 +72,7 @@ def failed_run(
     causes = {rank: f for rank, f in raised.items() if rank not in victims}
     if causes:
         first = min(causes.values(), key=lambda failure: failure.time_ns)
-        return _raised(first, failures, raised)
+        return _raised(first, failures, raised, states)
     exited = {
         rank: failure
         for rank, failure in failures.items()
@@ -188,13 +188,21 @@ def _after_verdict(
 
 
 def _raised(
-    first: Failure, failures: dict[int, Any], raised: dict[int, Failure]
+    first: Failure,
+    failures: dict[int, Any],
+    raised: dict[int, Failure],
+    states: dict[int, Record] | None = None,
 ) -> tuple[str, int]:
     lines = [
         f"{PREFIX} rank {first.rank} failed first; its traceback:",
         first.traceback.rstrip(),
         f"{PREFIX} rank {first.rank} failed first{_at(first)}: {_one_line(first)}",
     ]
+    state = (states or {}).get(first.rank)
+    if state is not None and state.sequence and (met := _met_elsewhere(states or {}, state)):
+        # a check of the collective raised (``gather``'s structure exchange met a peer's
+        # ``gather_object``): what it says of the data is a symptom; the records say why
+        lines += _mismatch_words(first.rank, state, met, "the collective raises", own_guard=True)
     others = [
         f"rank {rank} {describe_exit(failure.exitcode)}"
         for rank, failure in sorted(failures.items())
@@ -281,9 +289,9 @@ def _exited(
 
 
 def _met_elsewhere(states: dict[int, Record], state: Record) -> dict[int, Record]:
-    """The peers whose collective of the same count as the aborted rank's is another call (an
-    operation, or a call site): ``accelerator.gather`` under ``if is_main_process:`` on rank 0
-    met by rank 1's ``gather_object`` a line later. Each rank counts the collectives it
+    """The peers whose collective of the same count as ``state``'s is another call (an
+    operation, or a guarded call site): ``accelerator.gather`` under ``if is_main_process:``
+    on rank 0 met by rank 1's ``gather_object`` a line later. Each rank counts the collectives it
     enters, so the same count on two ranks is the one collective the backend paired."""
     return {
         rank: peer
@@ -291,22 +299,42 @@ def _met_elsewhere(states: dict[int, Record], state: Record) -> dict[int, Record
         if rank != state.rank
         and peer.sequence == state.sequence
         and peer.where
-        and (peer.operation, peer.where) != (state.operation, state.where)
+        and _another_call(state, peer)
     }
 
 
-def _mismatch_words(rank: int, state: Record, met: dict[int, Record]) -> list[str]:
-    """Each rank's collective and line, the aborted rank's first, and the guard of a peer's
-    call where its line is under one (the aborted rank's own guard is said before this)."""
+def _another_call(one: Record, other: Record) -> bool:
+    """Another operation; or the same one from another line where either line runs under a
+    rank test (``if is_main: out = gather(a) else: out = gather(b)`` is one collective)."""
+    if one.operation != other.operation:
+        return True
+    return one.where != other.where and (
+        guarded_call(one, []) is not None or guarded_call(other, []) is not None
+    )
+
+
+def _mismatch_words(
+    rank: int,
+    state: Record,
+    met: dict[int, Record],
+    then: str = "the communication library aborts",
+    own_guard: bool = False,
+) -> list[str]:
+    """Each rank's collective and line, ``rank``'s first, and the guard of the call under one:
+    ``rank``'s own with ``own_guard`` (an aborted rank's own is said before this), else a
+    peer's."""
     each = [f"rank {rank} in {state.operation} at {place(state)}"] + [
         f"rank {peer} in {record.operation} at {place(record)}" for peer, record in met.items()
     ]
     lines = [
         f"{PREFIX} mismatched collectives (#{state.sequence} of each rank): "
         + "; ".join(each)
-        + ": a collective one rank makes alone meets another one of its peers, and the "
-        "communication library aborts"
+        + f": a collective one rank makes alone meets another one of its peers, and {then}"
     ]
+    own = guarded_call(state, []) if own_guard else None
+    if own is not None:
+        lines.append(guarded_words(rank, own, sorted(met), "went on to another collective"))
+        return lines
     for peer, record in met.items():
         guarded = guarded_call(record, [])
         if guarded is not None:
