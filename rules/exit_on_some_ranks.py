@@ -45,6 +45,19 @@ EXIT_BEFORE_THE_BARRIER = (
     + "        save(accelerator.unwrap_model(model))\n"
     + "    accelerator.wait_for_everyone()\n"
 )
+#: One rank exits in the batch loop (trial17's ``sys.exit(3)`` on rank 1): the others wait in
+#: the next batch's ``backward`` (line 6), not at the evaluation's gather after the batch loop
+#: (line 9), which they reach only after the last batch.
+EXIT_IN_THE_BATCH_LOOP = (
+    HEADER
+    + "import sys\n"
+    + "for epoch in range(10):\n"
+    + "    for batch in loader:\n"
+    + "        accelerator.backward(model(batch).loss)\n"
+    + "        if epoch == 1 and accelerator.process_index == 1:\n"
+    + "            sys.exit(3)\n"
+    + "    scores = accelerator.gather_for_metrics(evaluate(model))\n"
+)
 _LOOP = (
     "for step, batch in enumerate(loader):\n"
     "    accelerator.backward(model(batch).loss)\n"
@@ -161,6 +174,7 @@ class ExitOnSomeRanks(Rule):
         # vilmedic's Accelerate trainor: the early stop decided in the main process's
         # evaluation block exits it; the others wait at the epoch's closing barrier
         Example(EXIT_BEFORE_THE_BARRIER, 9, 13),
+        Example(EXIT_IN_THE_BATCH_LOOP, 8, 13),
         Example(
             HEADER
             + "def train():\n"
@@ -277,7 +291,7 @@ class ExitOnSomeRanks(Rule):
                         ),
                     )
                 continue
-            waiting = _where_the_others_wait(script, loop, call)
+            waiting = _first_met_around(script, call, function)
             if waiting is None:
                 continue
             yield self.finding(
@@ -542,6 +556,23 @@ def _where_the_others_wait(
     ordered = [s for s in meeting if script.order(s) > start] + meeting
     every_pass = [s for s in ordered if not _in_a_branch_of(script, s, loop)]
     return (every_pass or ordered or [None])[0]
+
+
+def _first_met_around(
+    script: ScriptModel, left: cst.CSTNode, function: cst.CSTNode | None
+) -> cst.SimpleStatementLine | None:
+    """Where the ranks that stay wait once some exit at ``left``: the innermost loop around it
+    first (the rest of its pass, then its next pass from the top: an exit in the batch loop
+    leaves the others in the next batch's ``backward``, not at the evaluation after the batch
+    loop, which they reach only on its last pass), then each loop around that one."""
+    for ancestor in script.ancestors(left):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, (cst.For, cst.While)):
+            waiting = _where_the_others_wait(script, ancestor, left)
+            if waiting is not None:
+                return waiting
+    return None
 
 
 def _in_a_branch_of(script: ScriptModel, statement: cst.CSTNode, loop: cst.CSTNode) -> bool:

@@ -788,9 +788,12 @@ def test_a_leaver_the_watcher_named_keeps_its_exit_code_when_its_peer_ends_first
     assert code == 1 and "exit code" not in text
 
 
-def test_a_rank_aborted_inside_a_collective_is_told_of_the_debug_mode(tmp_path):
+def test_a_rank_aborted_inside_a_collective_is_told_where_to_look(tmp_path):
     """gloo aborts a rank sent more bytes than its tensor holds (the ranks reduced tensors of
-    different sizes): the rank dies of SIGABRT inside the collective."""
+    different sizes): the rank dies of SIGABRT inside the collective. The records keep no
+    peer's collective here: the line to compare is named, and `--debug` is not advised (its
+    checks compare shapes of reduce and broadcast only, never which collective each rank is
+    in: trial17 reran with it and learnt nothing more)."""
     recorder = collective_record._Recorder(tmp_path / "0", 0, skip=())
     recorder.enter(b"reduce")
     write_failure(tmp_path, 1, "RuntimeError: Connection reset by peer", at=1)
@@ -800,14 +803,106 @@ def test_a_rank_aborted_inside_a_collective_is_told_of_the_debug_mode(tmp_path):
     assert (
         "rank 0 aborted inside reduce: the communication library aborts a rank when the ranks "
         "pass it tensors of different sizes or dtypes, or when one rank's collective meets "
-        "another collective of its peers; rerun with `accelify launch --debug` to have each "
-        "collective compare the ranks' operations and shapes first and raise, naming each "
-        "rank's call\n"
+        "another collective of its peers; the ranks' records do not say which: compare what "
+        "each rank passes to the collective at "
     ) in text
+    assert "--debug" not in text
     assert "rank 1 failed because its peer had gone" in text
     recorder.leave()  # aborted outside any collective (an extension's own abort): no such line
     text, _ = outcome.failed_run({0: failure(-signal.SIGABRT), 1: failure(1)}, tmp_path, 0)
+    assert "aborted inside" not in text
+
+
+def _enter_at(recorder: collective_record._Recorder, operation: bytes, path: Path, line: int):
+    """``recorder`` enters ``operation`` as if called from ``path``'s ``line``."""
+    code = compile(
+        "\n" * (line - 1) + "recorder.enter(operation, frame=sys._getframe())", str(path), "exec"
+    )
+    exec(code, {"recorder": recorder, "operation": operation, "sys": sys})
+
+
+def test_a_rank_aborted_in_another_collective_than_its_peers_names_each_ranks_call(
+    tmp_path, monkeypatch
+):
+    """trial17's fail_hang.py: rank 0 gathers under `if accelerator.is_main_process:` (line 4),
+    rank 1 goes on to gather_object (line 6); gloo pairs the two and aborts rank 1 inside
+    gather_object. Rank 0's line, the one to fix, was never named (only rank 1's, and rank 0 as
+    a victim); each rank's call is, and the guard of rank 0's."""
+    monkeypatch.chdir(tmp_path)  # paths are shown from the working folder
+    script = tmp_path / "fail_hang.py"
+    script.write_text(
+        "from accelify import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "if accelerator.is_main_process:\n"
+        "    all_r1 = accelerator.gather(r1)\n"
+        "    print(all_r1)\n"
+        "total = sum(gather_object([total]))\n"
+    )
+    main = collective_record._Recorder(tmp_path / "0", 0, skip=())
+    other = collective_record._Recorder(tmp_path / "0", 1, skip=())
+    _enter_at(main, b"gather", script, 4)
+    _enter_at(other, b"gather_object", script, 6)
+    main.finish(collective_record.CRASHED)  # its peer's abort reset the connection
+    write_failure(tmp_path, 0, "RuntimeError: Connection reset by peer", at=1)
+    text, code = outcome.failed_run({0: failure(1), 1: failure(-signal.SIGABRT)}, tmp_path, 0)
+    assert code == 128 + signal.SIGABRT
+    lines = text.splitlines()
+    assert lines[0].startswith("accelify launch: rank 1 was killed by SIGABRT"), text
+    assert lines[1] == (
+        "accelify launch: mismatched collectives (#1 of each rank): rank 1 in gather_object at "
+        "fail_hang.py:6 (`total = sum(gather_object([total]))`); rank 0 in gather at "
+        "fail_hang.py:4 (`all_r1 = accelerator.gather(r1)`): a collective one rank makes alone "
+        "meets another one of its peers, and the communication library aborts"
+    ), text
+    assert lines[2].startswith(
+        "accelify launch: rank 0 went into a collective that only some ranks reach: "
+        "fail_hang.py:4 (`all_r1 = accelerator.gather(r1)`) runs under "
+        "`if accelerator.is_main_process:` (fail_hang.py:3), which rank 1 skipped and went on "
+        "to another collective"
+    ), text
     assert "--debug" not in text
+
+
+def test_a_rank_whose_collective_raised_on_a_peers_other_collective_names_each_ranks_call(
+    tmp_path, monkeypatch
+):
+    """The same fail_hang.py, the other way it ends: rank 0's gather checks the ranks' structures
+    first, meets rank 1's gather_object and raises "the ranks passed containers that differ"
+    at line 4 (a symptom); each rank's collective is named after it, and the guard."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "fail_hang.py"
+    script.write_text(
+        "from accelify import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "if accelerator.is_main_process:\n"
+        "    all_r1 = accelerator.gather(r1)\n"
+        "    print(all_r1)\n"
+        "total = sum(gather_object([total]))\n"
+    )
+    main = collective_record._Recorder(tmp_path / "0", 0, skip=())
+    other = collective_record._Recorder(tmp_path / "0", 1, skip=())
+    _enter_at(main, b"gather", script, 4)
+    _enter_at(other, b"gather_object", script, 6)
+    main.finish(collective_record.CRASHED)
+    summary = (
+        "DistributedOperationException: Cannot gather: the ranks passed containers that differ"
+    )
+    write_failure(tmp_path, 0, summary, at=1, where=f"{script}:4")
+    text, code = outcome.failed_run({0: failure(1), 1: failure(-signal.SIGABRT)}, tmp_path, 0)
+    assert code == 1
+    lines = [line for line in text.splitlines() if line.startswith("accelify launch:")]
+    assert lines[1].startswith("accelify launch: rank 0 failed first"), text
+    assert lines[2] == (
+        "accelify launch: mismatched collectives (#1 of each rank): rank 0 in gather at "
+        "fail_hang.py:4 (`all_r1 = accelerator.gather(r1)`); rank 1 in gather_object at "
+        "fail_hang.py:6 (`total = sum(gather_object([total]))`): a collective one rank makes "
+        "alone meets another one of its peers, and the collective raises"
+    ), text
+    assert lines[3].startswith(
+        "accelify launch: rank 0 went into a collective that only some ranks reach: "
+        "fail_hang.py:4 (`all_r1 = accelerator.gather(r1)`) runs under "
+        "`if accelerator.is_main_process:` (fail_hang.py:3), which rank 1 skipped"
+    ), text
 
 
 def test_a_rank_aborted_inside_a_collective_its_peer_passed_other_shapes_is_told_both(tmp_path):

@@ -165,6 +165,23 @@ class WithKeyword:
 
 
 @dataclass(frozen=True)
+class OrAlso:
+    """``value`` -> ``value or code`` (``disable=args.quiet`` -> ``disable=args.quiet or not
+    accelerator.is_local_main_process``): what the script asked for still holds, and the other
+    processes are off too. ``value`` is bracketed where ``or`` would bind into it (a ternary,
+    a lambda, a walrus)."""
+
+    code: str
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.BaseExpression)
+        left = updated
+        if isinstance(left, cst.IfExp | cst.Lambda | cst.NamedExpr) and not left.lpar:
+            left = left.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return cst.BooleanOperation(left=left, operator=cst.Or(), right=expression(self.code))
+
+
+@dataclass(frozen=True)
 class MovedTo:
     """``torch.randn(64, nz)`` -> ``torch.randn(64, nz).to(device)``: the call runs as written,
     its result is moved."""

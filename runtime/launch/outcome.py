@@ -72,7 +72,7 @@ def failed_run(
     causes = {rank: f for rank, f in raised.items() if rank not in victims}
     if causes:
         first = min(causes.values(), key=lambda failure: failure.time_ns)
-        return _raised(first, failures, raised)
+        return _raised(first, failures, raised, states)
     exited = {
         rank: failure
         for rank, failure in failures.items()
@@ -188,13 +188,21 @@ def _after_verdict(
 
 
 def _raised(
-    first: Failure, failures: dict[int, Any], raised: dict[int, Failure]
+    first: Failure,
+    failures: dict[int, Any],
+    raised: dict[int, Failure],
+    states: dict[int, Record] | None = None,
 ) -> tuple[str, int]:
     lines = [
         f"{PREFIX} rank {first.rank} failed first; its traceback:",
         first.traceback.rstrip(),
         f"{PREFIX} rank {first.rank} failed first{_at(first)}: {_one_line(first)}",
     ]
+    state = (states or {}).get(first.rank)
+    if state is not None and state.sequence and (met := _met_elsewhere(states or {}, state)):
+        # a check of the collective raised (``gather``'s structure exchange met a peer's
+        # ``gather_object``): what it says of the data is a symptom; the records say why
+        lines += _mismatch_words(first.rank, state, met, "the collective raises", own_guard=True)
     others = [
         f"rank {rank} {describe_exit(failure.exitcode)}"
         for rank, failure in sorted(failures.items())
@@ -257,14 +265,18 @@ def _exited(
         # gloo matched this rank's collective with another one its peers went on to
         peers = sorted(r for r in (states or {}) if r != rank)
         lines.append(guarded_words(rank, guarded, peers, "went on to other collectives"))
+    elif aborted and state is not None and (met := _met_elsewhere(states or {}, state)):
+        # gloo matched this rank's collective with another one a peer made at the same count
+        lines += _mismatch_words(rank, state, met)
     elif aborted and state is not None:
         # NCCL's own checks, or shapes the records did not keep (a peer went on past them)
         lines.append(
             f"{PREFIX} rank {rank} aborted inside {state.operation}: the communication library "
             "aborts a rank when the ranks pass it tensors of different sizes or dtypes, or when "
-            "one rank's collective meets another collective of its peers; rerun with "
-            "`accelify launch --debug` to have each collective compare the ranks' operations "
-            "and shapes first and raise, naming each rank's call"
+            "one rank's collective meets another collective of its peers; the ranks' records "
+            "do not say which: compare what each rank passes to the collective at "
+            f"{place(state)}, and look for a collective before it that runs under a condition "
+            "that differs between ranks (is_main_process, a rank's own metric)"
         )
     lines += _victim_lines(victims, exclude=rank)
     if exitcode == 0:
@@ -274,6 +286,61 @@ def _exited(
         )
     lines.append(f"{PREFIX} the other ranks were stopped")
     return "\n".join(lines), _exit_code(exitcode)
+
+
+def _met_elsewhere(states: dict[int, Record], state: Record) -> dict[int, Record]:
+    """The peers whose collective of the same count as ``state``'s is another call (an
+    operation, or a guarded call site): ``accelerator.gather`` under ``if is_main_process:``
+    on rank 0 met by rank 1's ``gather_object`` a line later. Each rank counts the collectives it
+    enters, so the same count on two ranks is the one collective the backend paired."""
+    return {
+        rank: peer
+        for rank, peer in sorted(states.items())
+        if rank != state.rank
+        and peer.sequence == state.sequence
+        and peer.where
+        and _another_call(state, peer)
+    }
+
+
+def _another_call(one: Record, other: Record) -> bool:
+    """Another operation; or the same one from another line where either line runs under a
+    rank test (``if is_main: out = gather(a) else: out = gather(b)`` is one collective)."""
+    if one.operation != other.operation:
+        return True
+    return one.where != other.where and (
+        guarded_call(one, []) is not None or guarded_call(other, []) is not None
+    )
+
+
+def _mismatch_words(
+    rank: int,
+    state: Record,
+    met: dict[int, Record],
+    then: str = "the communication library aborts",
+    own_guard: bool = False,
+) -> list[str]:
+    """Each rank's collective and line, ``rank``'s first, and the guard of the call under one:
+    ``rank``'s own with ``own_guard`` (an aborted rank's own is said before this), else a
+    peer's."""
+    each = [f"rank {rank} in {state.operation} at {place(state)}"] + [
+        f"rank {peer} in {record.operation} at {place(record)}" for peer, record in met.items()
+    ]
+    lines = [
+        f"{PREFIX} mismatched collectives (#{state.sequence} of each rank): "
+        + "; ".join(each)
+        + f": a collective one rank makes alone meets another one of its peers, and {then}"
+    ]
+    own = guarded_call(state, []) if own_guard else None
+    if own is not None:
+        lines.append(guarded_words(rank, own, sorted(met), "went on to another collective"))
+        return lines
+    for peer, record in met.items():
+        guarded = guarded_call(record, [])
+        if guarded is not None:
+            lines.append(guarded_words(peer, guarded, [rank], "went on to another collective"))
+            return lines
+    return lines
 
 
 #: Signals on which the rank's faulthandler dumps its stack (`collective_record.install`).

@@ -10,7 +10,7 @@ import libcst as cst
 
 from accelify.analysis.base_inits import own_init, runs_init_of
 from accelify.analysis.objects import bound_arguments, methods_of
-from accelify.analysis.script_model import Scope
+from accelify.analysis.script_model import Kind, Scope
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps import handed_accelerator
 from accelify.convert.steps.context import Context
@@ -526,12 +526,12 @@ def _thread(ctx: Context, home: Scope) -> list[cst.CSTNode]:
                 ctx.line(reference),
                 f"{name} is handed on here, not called: whoever calls it must pass {acc}={acc}",
             )
-        uncertain = graph.uncertain_callers(function)
+        uncertain = _uncertain_callers(ctx, function)
         for call in uncertain:
             plan.review(
                 ctx.line(call),
-                f"if this calls {name}(), it must pass {acc}={acc} (the conversion cannot tell "
-                "what the object is)",
+                f"if {ctx.code(call.func)}() calls {name}() (the conversion cannot tell what "
+                f"{_receiver_code(ctx, call)} is), it must pass {acc}={acc}",
             )
         if not called and not passed and not uncertain:
             plan.review(
@@ -548,6 +548,30 @@ def _thread(ctx: Context, home: Scope) -> list[cst.CSTNode]:
             f"{acc}={acc}",
         )
     return [call for call in threading.calls if placement.inside(call, home)]
+
+
+def _receiver_code(ctx: Context, call: cst.Call) -> str:
+    func = call.func
+    return ctx.code(func.value) if isinstance(func, cst.Attribute) else ctx.code(func)
+
+
+def _uncertain_callers(ctx: Context, function: cst.FunctionDef) -> list[cst.Call]:
+    """Calls that may run ``function`` (a method of the file's class) because the analysis does
+    not know their receiver's class; not those whose receiver it knows is a library object
+    (``scaler.update()`` of a GradScaler handed in, ``optimizer.step``): no class of the file
+    is behind them, and a review line there ("if this calls ModelEma.update() ...") sends the
+    reader to the wrong call."""
+    found = []
+    for call in ctx.facts.calls.uncertain_callers(function):
+        receiver = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
+        if receiver is not None and ctx.facts.flow.kind_of(receiver, call) in _LIBRARY_KINDS:
+            continue
+        found.append(call)
+    return found
+
+
+#: What the analysis tracks that no class of the file makes.
+_LIBRARY_KINDS = {Kind.SCALER, Kind.OPTIMIZER, Kind.DATALOADER, Kind.DEVICE, Kind.SAMPLER}
 
 
 def _qualified_name(ctx: Context, function: cst.FunctionDef) -> str:

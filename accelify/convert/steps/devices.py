@@ -23,6 +23,7 @@ from accelify.analysis.device_moves import (
 from accelify.analysis.field_defaults import OverriddenField, overridden_field
 from accelify.analysis.flow import string_key_of
 from accelify.analysis.loss_sources import made_for
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Binding, Kind, Loop, number_read
 from accelify.analysis.side_effects import calls_for_effect
 from accelify.analysis.syntax import (
@@ -30,6 +31,7 @@ from accelify.analysis.syntax import (
     attributes_in_targets,
     dotted,
     root_name,
+    self_parameter,
     target_names,
     walk,
 )
@@ -700,15 +702,13 @@ def run_devices(ctx: Context) -> None:
             )
             _review_chosen_by_flags(ctx, binding, acc)
             if acc != ctx.acc:
+                _device_types(ctx, binding, as_string)
                 if not as_string:
-                    _compare_device_types(ctx, binding.name, binding.scope)
-                    _device_type_arguments(ctx, binding.name, binding.scope)
                     _index_reads(ctx, binding, acc)
                 continue
         ctx.need(binding.statement)
+        _device_types(ctx, binding, as_string)
         if not as_string:
-            _compare_device_types(ctx, binding.name, binding.scope)
-            _device_type_arguments(ctx, binding.name, binding.scope)
             _index_reads(ctx, binding, ctx.acc)
         if not as_string:
             _other_reads_of_the_parameter(ctx, binding.value, binding.statement)
@@ -912,7 +912,26 @@ def _is_member_or_keyword(ctx: Context, node: cst.Name) -> bool:
 _DEVICE_TYPES = ("cuda", "cpu", "mps", "xpu", "npu", "hpu")
 
 
-def _compare_device_types(ctx: Context, name: str, scope: cst.CSTNode) -> None:
+def _device_types(ctx: Context, binding: Binding, as_string: bool) -> None:
+    """Where the script reads the device as a device type's name (``device == "cuda"``,
+    ``torch.autocast(device_type=device)``), it reads the type of this rank's device: ``.type``
+    of the torch.device; of a device kept a string (``str(accelerator.device)``, ``"cuda:1"``
+    on rank 1, because the script also reads it as one: ``"cuda" in device``),
+    ``torch.device(device).type``, since ``"cuda:1" == "cuda"`` is false and autocast refuses
+    ``"cuda:1"``. Left alone where the file has no ``torch`` to call."""
+    if as_string and ctx.model.imports.bound.get("torch") != "torch":
+        return
+    _compare_device_types(ctx, binding.name, binding.scope, as_string)
+    _device_type_arguments(ctx, binding.name, binding.scope, as_string)
+
+
+def _type_of(read: str, as_string: bool) -> str:
+    return f"torch.device({read}).type" if as_string else f"{read}.type"
+
+
+def _compare_device_types(
+    ctx: Context, name: str, scope: cst.CSTNode, as_string: bool = False
+) -> None:
     """``device == "cuda"`` once ``device`` is a torch.device: a torch.device never equals a
     string, so the test would always be false (a CUDA-only branch silently skipped on GPUs);
     ``device.type == "cuda"`` keeps its meaning."""
@@ -925,17 +944,23 @@ def _compare_device_types(ctx: Context, name: str, scope: cst.CSTNode) -> None:
             continue
         pairs = ((node.left, target.comparator), (target.comparator, node.left))
         for side, other in pairs:
+            read = dotted(side)
             if (
-                dotted(side) == name
-                and isinstance(other, cst.SimpleString)
+                isinstance(other, cst.SimpleString)
                 and other.evaluated_value in _DEVICE_TYPES
-                and _sees_binding(ctx, node, name, scope)
+                and _reads_binding(ctx, node, read, name, scope)
             ):
+                typed = _type_of(read, as_string)  # type: ignore[arg-type]
                 ctx.plan.replace(
                     side,
-                    Swap(f"{name}.type"),
+                    Swap(typed),
                     ctx.line(node),
-                    f"{ctx.code(node)} -> {name}.type: a torch.device never equals a string",
+                    f"{ctx.code(node)} -> {typed}: "
+                    + (
+                        f'{read} is this rank\'s device ("cuda:1"), not its type'
+                        if as_string
+                        else "a torch.device never equals a string"
+                    ),
                     anywhere=True,
                 )
 
@@ -944,7 +969,9 @@ def _compare_device_types(ctx: Context, name: str, scope: cst.CSTNode) -> None:
 _TYPE_NAMED_FIRST = ("autocast", "GradScaler")
 
 
-def _device_type_arguments(ctx: Context, name: str, scope: cst.CSTNode) -> None:
+def _device_type_arguments(
+    ctx: Context, name: str, scope: cst.CSTNode, as_string: bool = False
+) -> None:
     """``torch.autocast(device_type=device)`` (also ``torch.autocast(device)``,
     ``torch.amp.GradScaler(device)``) once ``device`` is a torch.device: these take a device
     type's name, a string, and raise ValueError on a torch.device at the first step;
@@ -957,16 +984,37 @@ def _device_type_arguments(ctx: Context, name: str, scope: cst.CSTNode) -> None:
             named = keyword == "device_type" or (
                 keyword is None and position == 0 and callee in _TYPE_NAMED_FIRST
             )
-            if named and dotted(argument.value) == name and _sees_binding(ctx, call, name, scope):
+            read = dotted(argument.value)
+            if named and _reads_binding(ctx, call, read, name, scope):
+                typed = _type_of(read, as_string)  # type: ignore[arg-type]
                 ctx.plan.replace(
                     argument.value,
-                    Swap(f"{name}.type"),
+                    Swap(typed),
                     ctx.line(call),
-                    f"{callee}({keyword + '=' if keyword else ''}{name}) -> {name}.type: it "
-                    "takes a device type's name, and the device is a torch.device now",
+                    f"{callee}({keyword + '=' if keyword else ''}{read}) -> {typed}: it "
+                    "takes a device type's name, and the device is "
+                    + ('this rank\'s now ("cuda:1")' if as_string else "a torch.device now"),
                     anywhere=True,
-                    gives_way_to=[call],
+                    # the call rewritten, or its statement removed (a scaler the Accelerator's
+                    # replaces): the summary lists only edits that remain
+                    gives_way_to=[call, ctx.statement_of(call)],
                 )
+
+
+def _reads_binding(
+    ctx: Context, node: cst.CSTNode, read: str | None, name: str, scope: cst.CSTNode
+) -> bool:
+    """``read`` (a name or attribute path, at ``node``) is the device ``name`` that ``scope``
+    binds: the same name it sees, or an attribute of the same object under another name
+    (``cfg.device`` in ``evaluate(model, loader, cfg)`` that ``main`` calls with its ``args``
+    after ``args.device = accelerator.device``)."""
+    if read is None:
+        return False
+    if read == name:
+        return _sees_binding(ctx, node, name, scope)
+    if "." not in name or "." not in read or read.split(".", 1)[1] != name.split(".", 1)[1]:
+        return False
+    return _handed_the_binding(ctx, node, read, name, scope, depth=3)
 
 
 def _sees_binding(ctx: Context, node: cst.CSTNode, name: str, scope: cst.CSTNode) -> bool:
@@ -974,9 +1022,76 @@ def _sees_binding(ctx: Context, node: cst.CSTNode, name: str, scope: cst.CSTNode
     read in a function that binds no ``name`` of its own."""
     if ctx.model.scope_of(node) is scope:
         return True
-    if not isinstance(scope, cst.Module) or "." in name:
+    if "." in name:
+        return _handed_the_binding(ctx, node, name, name, scope, depth=3)
+    if not isinstance(scope, cst.Module):
         return False
     return sees_binding(ctx.model, node, name, scope)  # a parameter of that name is the caller's
+
+
+def _handed_the_binding(
+    ctx: Context, node: cst.CSTNode, read: str, name: str, scope: cst.CSTNode, depth: int
+) -> bool:
+    """``args.device`` read (as ``read``) in ``train(model, loader, args)`` after ``main`` set
+    ``args.device = accelerator.device`` (``name``, in ``scope``) and handed ``train`` its
+    ``args`` at every call of it (followed up to ``depth`` calls back, a renamed parameter too:
+    ``train(cfg)`` of ``def train(args)``): the same object, so the same torch.device, which an
+    ``autocast(device_type=args.device)`` there refuses. Also ``self.device`` read in another
+    method of the class whose ``__init__`` set it, when nothing else in the class sets it. A
+    function that sets the attribute, or rebinds its object, reads its own."""
+    if ctx.model.scope_of(node) is scope:
+        return read == name
+    function = ctx.facts.placement.enclosing_function(node)
+    if function is None or depth == 0:
+        return False
+    root, path = read.split(".", 1)
+    owner = ctx.facts.placement.class_of(function)
+    if owner is not None and root == self_parameter(function):
+        return (
+            read == name
+            and isinstance(scope, cst.FunctionDef)
+            and ctx.facts.placement.class_of(scope) is owner
+            and root == self_parameter(scope)
+            and _sets(owner, read) == 1
+        )
+    if _sets(function, read) or _sets(function, root):
+        return False
+    if root not in {
+        p.name.value for p in (*function.params.params, *function.params.kwonly_params)
+    }:
+        return False
+    passed = [
+        (argument.value, call)
+        for call, implicit in ctx.facts.flow.calls_of(function)
+        for bound, argument in bound_arguments(function, call, implicit)
+        if bound == root
+    ]
+    return bool(passed) and all(
+        dotted(value) is not None
+        and _handed_the_binding(ctx, call, f"{dotted(value)}.{path}", name, scope, depth - 1)
+        for value, call in passed
+    )
+
+
+def _sets(under: cst.CSTNode, name: str) -> int:
+    """How many assignments under ``under`` set ``name`` (``args.device = ...``, ``args =
+    ...``, ``for args in ...``)."""
+    count = 0
+    for node in walk(under):
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, cst.AnnAssign | cst.AugAssign | cst.For):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            elements = (
+                [e.value for e in target.elements]
+                if isinstance(target, cst.Tuple | cst.List)
+                else [target]
+            )
+            count += sum(dotted(element) == name for element in elements)
+    return count
 
 
 def _batch_move_statement(

@@ -9,7 +9,7 @@ from accelify.analysis import names
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
-from accelify.edits.node_rewrites import WithKeyword
+from accelify.edits.node_rewrites import OrAlso, Swap, WithKeyword
 
 
 def run(ctx: Context) -> None:
@@ -46,9 +46,9 @@ def run(ctx: Context) -> None:
             )
             if acc == ctx.acc:
                 ctx.need(call)
-        elif qualified & names.TQDM and not any(
-            a.keyword and a.keyword.value == "disable" for a in call.args
-        ):
+        elif qualified & names.TQDM and (disable := _disable_argument(call)) is not None:
+            _disable_on_other_processes_too(ctx, call, disable)
+        elif qualified & names.TQDM:
             acc = ctx.accelerator_at(call)  # a static method's bar: the process state
             ctx.plan.replace(
                 call,
@@ -59,6 +59,42 @@ def run(ctx: Context) -> None:
             )
             if acc == ctx.acc:
                 ctx.need(call)
+
+
+def _disable_argument(call: cst.Call) -> cst.Arg | None:
+    """The ``disable=`` a progress bar's call passes, if any."""
+    for argument in call.args:
+        if argument.keyword is not None and argument.keyword.value == "disable":
+            return argument
+    return None
+
+
+def _disable_on_other_processes_too(ctx: Context, call: cst.Call, argument: cst.Arg) -> None:
+    """``tqdm(loader, disable=not args.progress)``: the script's own switch says whether a bar
+    is shown at all, not on which process; left as is, every rank draws its bar (two bars on 2
+    ranks). It becomes ``disable=(switch) or not accelerator.is_local_main_process``. Left as is:
+    ``disable=True`` (never shown), ``disable=None`` (tqdm's own test of the terminal, which an
+    ``or`` would turn off), and a switch that reads the rank already (the script chose)."""
+    value = argument.value
+    if isinstance(value, cst.Name) and value.value in ("True", "None"):
+        return
+    if ctx.facts.ranks.is_rank_test(value) or ctx.facts.ranks.under_rank_guard(call):
+        return
+    acc = ctx.accelerator_at(call)
+    is_false = isinstance(value, cst.Name) and value.value == "False"
+    ctx.plan.replace(
+        value,
+        Swap(f"not {acc}.is_local_main_process")
+        if is_false
+        else OrAlso(f"not {acc}.is_local_main_process"),
+        ctx.line(call),
+        f"progress bar shown on the local main process only ({ctx.code(value)} still turns it off)"
+        if not is_false
+        else "progress bar shown on the local main process only",
+        anywhere=acc != ctx.acc,
+    )
+    if acc == ctx.acc:
+        ctx.need(call)
 
 
 def _guard_partial_print(ctx: Context, call: cst.Call) -> None:
