@@ -1798,3 +1798,34 @@ def test_a_driver_saving_the_model_its_trainer_prepares_reloads_it_on_two_ranks(
     result = launch(project / "train.py", cwd=project, timeout=300)
     assert_ok(result)
     assert result.stdout == original.stdout
+
+
+def test_loaders_a_driver_gets_from_a_factory_module_are_prepared_by_the_class(tmp_path: Path):
+    # realconv37 dcgan: main.py hands the trainer what ``get_dataloader()`` of dataloader.py
+    # returns; before, only the model and optimizer were prepared and every rank trained on all
+    # the data (the review line said the batches came from no DataLoader)
+    driver = (HANDED / "main.py").read_text()
+    made_elsewhere = driver.replace(
+        "from trainer import AutoEncoderTrainer\n",
+        "from trainer import AutoEncoderTrainer\nfrom loaders import make_loaders\n",
+    ).replace(
+        "    train_loader = DataLoader(TensorDataset(data[:32]), batch_size=4, shuffle=True)\n"
+        "    val_loader = DataLoader(TensorDataset(data[32:]), batch_size=4)\n",
+        "    train_loader, val_loader = make_loaders(data)\n",
+    )
+    assert "make_loaders(data)" in made_elsewhere
+    project = tmp_path / "project"
+    shutil.copytree(HANDED, project)
+    (project / "main.py").write_text(made_elsewhere)
+    (project / "loaders.py").write_text(
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def make_loaders(data):\n"
+        "    train = DataLoader(TensorDataset(data[:32]), batch_size=4, shuffle=True)\n"
+        "    return train, DataLoader(TensorDataset(data[32:]), batch_size=4)\n"
+    )
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    trainer = results["trainer.py"]
+    assert trainer.prepared == ["model", "optimizer", "train_loader", "val_loader"]
+    assert not trainer.reviews
