@@ -1829,3 +1829,47 @@ def test_loaders_a_driver_gets_from_a_factory_module_are_prepared_by_the_class(t
     trainer = results["trainer.py"]
     assert trainer.prepared == ["model", "optimizer", "train_loader", "val_loader"]
     assert not trainer.reviews
+
+
+PRINTERS = FIXTURES / "projects" / "progress_bar_of_a_utils_module"
+
+
+def _convert_printers(tmp_path: Path, utils: str | None = None):
+    project = tmp_path / "project"
+    shutil.copytree(PRINTERS, project)
+    if utils is not None:
+        (project / "utils.py").write_text(utils)
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    return result
+
+
+def test_calls_of_a_module_function_that_only_prints_run_on_the_local_main_process(
+    tmp_path: Path,
+):
+    result = _convert_printers(tmp_path)
+    converted = result.converted.decode()
+    assert "        if accelerator.is_local_main_process:\n            progress_bar(" in converted
+    assert '    if accelerator.is_local_main_process:\n        log("epoch %d done"' in converted
+    notes = [n.text for n in result.changes if "it only prints" in n.text]
+    assert len(notes) == 2 and "utils.py:13" in notes[0], notes
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "helper"),
+    [
+        # a global another function reads: the ranks that skip the call would miss its update
+        ("    print(line)\n", "    print(line, last_time)\n", "progress_bar"),
+        # returns what it printed: the other ranks would have nothing
+        ("    sys.stdout.flush()\n", "    sys.stdout.flush()\n    return msg\n", "progress_bar"),
+        # writes a file too: that is the writers' business (and their barrier)
+        ("    print(line)\n", '    print(line)\n    open("log.txt", "a").write(line)\n', "log"),
+    ],
+)
+def test_a_module_function_that_does_more_than_print_is_not_taken_for_a_printer(
+    tmp_path: Path, old: str, new: str, helper: str
+):
+    utils = (PRINTERS / "utils.py").read_text()
+    assert old in utils
+    result = _convert_printers(tmp_path, utils.replace(old, new))
+    notes = "\n".join(n.text for n in result.changes)
+    assert f"{helper}(...) runs on the local main process" not in notes, notes

@@ -28,7 +28,7 @@ from accelify.analysis.project_modules import (
 )
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_main_guard, target_names, walk
-from accelify.analysis.writing_helpers import saves_only, writes_only
+from accelify.analysis.writing_helpers import prints_only, saves_only, writes_only
 from accelify.edits.plan import Note
 from accelify.errors import UserError
 from accelify.source import parse
@@ -144,6 +144,25 @@ def imported_writers(
             continue
         facts = facts_of(other)
         line = writes_only(other, facts.placement, facts.calls, facts.flow, function)
+        if line is not None:
+            found[name] = f"{_relative(file, script)}:{line}"
+    return found
+
+
+def imported_printers(
+    path: str | Path, model: ScriptModel, siblings: list[SiblingCall] | None = None
+) -> dict[str, str]:
+    """Names this file calls (``progress_bar``, ``utils.log``) that are functions of a module of
+    its own folder which only show text on the terminal (`writing_helpers.prints_only`), with
+    where they are (``utils.py:12``): run on every rank, each line would show N times."""
+    script = Path(path)
+    found: dict[str, str] = {}
+    calls = siblings if siblings is not None else _sibling_calls(script, model)
+    for _, name, function, file, other in calls:
+        if name in found:
+            continue
+        facts = facts_of(other)
+        line = prints_only(other, facts.placement, facts.calls, facts.flow, function)
         if line is not None:
             found[name] = f"{_relative(file, script)}:{line}"
     return found
