@@ -1873,3 +1873,54 @@ def test_a_module_function_that_does_more_than_print_is_not_taken_for_a_printer(
     result = _convert_printers(tmp_path, utils.replace(old, new))
     notes = "\n".join(n.text for n in result.changes)
     assert f"{helper}(...) runs on the local main process" not in notes, notes
+
+
+_SAMPLES_UTILS = '''import torch
+
+
+def generate_new_image(generator, z, save_path):
+    generator.eval()
+    with torch.no_grad():
+        images = generator(z)
+    generator.train()
+    torch.save(images, save_path)
+'''
+
+_SAMPLES_TRAIN = '''import torch
+from torch.utils.data import DataLoader, TensorDataset
+from utils import generate_new_image
+
+generator = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(generator.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4)
+fixed_z = torch.randn(2, 4)
+for epoch in range(2):
+    for (x,) in loader:
+        optimizer.zero_grad()
+        loss = ((generator(x) - x) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+    generate_new_image(generator, fixed_z, "epoch-%d.pt" % epoch)
+'''
+
+
+@pytest.mark.parametrize("hands_loader", [False, True])
+def test_a_module_function_that_runs_the_model_and_saves_a_file_gets_a_review_line(
+    tmp_path: Path, hands_loader: bool
+):
+    # realconv37 dcgan: utils.generate_new_image(self.generator, z, save_path=...) runs the
+    # prepared generator and torch.saves what it makes on every rank; nothing said so (lint's
+    # ACC201 did). Handed a loader it may evaluate each rank's shard: not this advice.
+    (tmp_path / "utils.py").write_text(_SAMPLES_UTILS)
+    train = _SAMPLES_TRAIN
+    if hands_loader:
+        train = train.replace("(generator, fixed_z,", "(generator, loader,")
+    (tmp_path / "train.py").write_text(train)
+    (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
+    found = [n.text for n in result.reviews if "writes a file (utils.py:9)" in n.text]
+    if hands_loader:
+        assert not found
+    else:
+        (text,) = found
+        assert "accelerator.unwrap_model(generator)" in text
+        assert "`if accelerator.is_main_process:`" in text

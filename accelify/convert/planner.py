@@ -109,6 +109,7 @@ def plan_conversion(
     imported_object_savers: dict[str, ObjectSaver] | None = None,
     imported_layer_members: dict[str, str] | None = None,
     imported_printers: dict[str, str] | None = None,
+    imported_file_writers: dict[str, str] | None = None,
 ) -> Plan:
     """``imported_writers``: names the script calls of functions of its project's other modules
     that only write files, with where they are (`project.imported_writers`);
@@ -121,7 +122,9 @@ def plan_conversion(
     (`project.imported_object_savers`);
     ``imported_layer_members``: members that run layers of the model classes the script builds
     from those modules (`project.imported_layer_members`); ``imported_printers``: those that
-    only show text on the terminal, with where they are (`project.imported_printers`)."""
+    only show text on the terminal, with where they are (`project.imported_printers`);
+    ``imported_file_writers``: those whose body writes a file, with where
+    (`project.imported_file_writers`)."""
     ctx = Context(model, options)
     ctx.imported_writers = imported_writers or {}
     ctx.imported_evaluators = imported_evaluators or set()
@@ -131,6 +134,7 @@ def plan_conversion(
     ctx.imported_object_savers = imported_object_savers or {}
     ctx.imported_layer_members = imported_layer_members or {}
     ctx.imported_printers = imported_printers or {}
+    ctx.imported_file_writers = imported_file_writers or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()
