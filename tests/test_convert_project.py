@@ -1875,7 +1875,7 @@ def test_a_module_function_that_does_more_than_print_is_not_taken_for_a_printer(
     assert f"{helper}(...) runs on the local main process" not in notes, notes
 
 
-_SAMPLES_UTILS = '''import torch
+_SAMPLES_UTILS = """import torch
 
 
 def generate_new_image(generator, z, save_path):
@@ -1884,9 +1884,9 @@ def generate_new_image(generator, z, save_path):
         images = generator(z)
     generator.train()
     torch.save(images, save_path)
-'''
+"""
 
-_SAMPLES_TRAIN = '''import torch
+_SAMPLES_TRAIN = """import torch
 from torch.utils.data import DataLoader, TensorDataset
 from utils import generate_new_image
 
@@ -1901,7 +1901,7 @@ for epoch in range(2):
         loss.backward()
         optimizer.step()
     generate_new_image(generator, fixed_z, "epoch-%d.pt" % epoch)
-'''
+"""
 
 
 @pytest.mark.parametrize("hands_loader", [False, True])
