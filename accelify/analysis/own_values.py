@@ -84,8 +84,10 @@ class OwnValues:
                 return folded or at
         zipped: set[str] = set()
         for node in walk(value):
-            entry = self._zipped_entry(node, at, passed, depth, folded) or self._dict_entry(
-                node, at, passed, depth, folded
+            entry = (
+                self._zipped_entry(node, at, passed, depth, folded)
+                or self._dict_entry(node, at, passed, depth, folded)
+                or self._filled_entry(node, at, depth, folded)
             )
             if entry is None:
                 continue
@@ -185,6 +187,29 @@ class OwnValues:
             ):
                 return None  # the entry cannot be told: the name is followed whole
             found = self.origin(entries[0].value, where, {}, depth, folded)
+            if found is not None:
+                return base, found
+        return base, None
+
+    def _filled_entry(
+        self, node: cst.CSTNode, at: cst.CSTNode, depth: int, folded: cst.CSTNode | None
+    ) -> tuple[str, cst.CSTNode | None] | None:
+        """For ``self.loss["train"]`` (also read as ``self.loss["train"][-1]``) of a dict whose
+        entries the file fills by key, ``self.loss["train"].append(epoch_loss)`` or
+        ``history["val"] = val_loss``: the dict's name and the origin of what is put under
+        that key, followed where it is put (for ``self.x``, in any method of the class: a
+        trainer's ``_train_epoch`` appends the mean of this rank's batches, and ``train()``
+        steps its plateau scheduler on the last one). None when ``node`` is no such entry or
+        nothing is put under the key (the name is then followed whole, as before)."""
+        entry = _literal_key_entry(node)
+        if entry is None:
+            return None
+        base, key = entry
+        fills = _fills(self.facts, base, key, at)
+        if not fills:
+            return None
+        for statement, value in fills:
+            found = self.origin(value, statement, {}, depth, folded)
             if found is not None:
                 return base, found
         return base, None
@@ -569,6 +594,42 @@ def _last_binding(facts: Facts, name: str, at: cst.CSTNode) -> cst.CSTNode | Non
                 break
         if binds(script, small, name):
             found = small
+    return found
+
+
+def _fills(
+    facts: Facts, base: str, key: str | bytes, at: cst.CSTNode
+) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+    """The statements that put a value under ``base[key]``, each with that value:
+    ``base[key].append(value)`` (or ``extend``) and ``base[key] = value``, in the function of
+    ``at`` (the module for a flat script; for ``self.x``, in any method of the class)."""
+    script = facts.model
+    function = facts.placement.enclosing_function(at)
+    block: cst.CSTNode | None = function.body if function is not None else script.module
+    if base.startswith("self."):
+        block = script.index.nearest(at, cst.ClassDef) if function is not None else None
+    if block is None:
+        return []
+    found: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+    for small in statements(block):
+        if (
+            not base.startswith("self.")
+            and facts.placement.enclosing_function(small) is not function
+        ):
+            continue
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            if _literal_key_entry(small.targets[0].target) == (base, key):
+                found.append((small, small.value))
+            continue
+        call = small.value if isinstance(small, cst.Expr) else None
+        if (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("append", "extend")
+            and len(call.args) == 1
+            and _literal_key_entry(call.func.value) == (base, key)
+        ):
+            found.append((small, call.args[0].value))
     return found
 
 

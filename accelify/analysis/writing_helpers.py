@@ -337,3 +337,83 @@ def _root_name(node: cst.Attribute) -> str | None:
     while isinstance(root, cst.Attribute):
         root = root.value
     return root.value if isinstance(root, cst.Name) else None
+
+
+#: What shows text on the terminal: a ``print``, or a write or flush of ``sys.stdout`` or
+#: ``sys.stderr`` (a progress bar drawn by hand).
+_TERMINAL = frozenset(
+    {"builtins.print"}
+    | {f"sys.{stream}.{method}" for stream in ("stdout", "stderr") for method in ("write", "flush")}
+)
+
+
+def prints_only(
+    model: ScriptModel, placement: Placement, graph: CallGraph, flow: ObjectFlow, name: str
+) -> int | None:
+    """The line of the top-level function ``name`` of ``model`` (another module of the
+    project) when all it does is show text on the terminal (`_TERMINAL`): a ``log(msg)`` that
+    prints, kuangliu's ``progress_bar(current, total, msg)`` that draws its bar with
+    ``sys.stdout.write``. Its callers' conversion runs each call on the local main process, as
+    ``accelerator.print`` would print (before, every rank drew the bar: each line shown N
+    times). As `writes_only` asks of a writer (nothing another rank reads, returns, raises,
+    saves, collectives, models, random draws, mutations of what it did not make), except that
+    it may keep timings in module globals of its own (``global last_time``): names it declares
+    ``global`` that no other function of the module reads or writes, so the ranks that skip
+    it miss nothing. None otherwise."""
+    function = next(
+        (s for s in model.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
+    if function is None or function.asynchronous is not None or function.decorators:
+        return None
+    if model.reads_rank(function.body):
+        return None
+    own_globals = _own_globals(model, function)
+    if own_globals is None:
+        return None
+    parameters = {p.name.value for p in all_params(function.params)} - {"self", "cls"}
+    local = (_locals(function) - parameters) | own_globals
+    shows = False
+    for node in walk(function.body):
+        if isinstance(node, (cst.Yield, cst.Nonlocal, cst.Lambda, cst.Raise, cst.Assert)):
+            return None
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Del)):
+            return None
+        if isinstance(node, cst.Return) and node.value is not None:
+            return None
+        # a parameter bound anew (``msg = "".join(L)``) changes no caller's object
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and any(
+            isinstance(n, (cst.Attribute, cst.Subscript)) for n in walk(node.target)
+        ):
+            return None
+        if not isinstance(node, cst.Call):
+            continue
+        if model.call_names(node) & _TERMINAL:
+            shows = True
+            continue
+        if graph.targets(node) or dotted(node.func) in parameters:
+            return None  # a function of the module, or one it is handed: not followed
+        if side_effects.opens_for_writing(node) or side_effects.once_per_run(model, node):
+            return None
+        if not _harmless_call(model, flow, node, local):
+            return None
+    return model.line(function) if shows else None
+
+
+def _own_globals(model: ScriptModel, function: cst.FunctionDef) -> set[str] | None:
+    """The names ``function`` declares ``global``, when no other function of the module
+    mentions them (its top level may bind their first values); None when another does."""
+    declared = {
+        name.name.value
+        for node in walk(function.body)
+        if isinstance(node, cst.Global)
+        for name in node.names
+    }
+    if not declared:
+        return set()
+    for other in walk(model.module):
+        if not isinstance(other, cst.FunctionDef) or other is function:
+            continue
+        if any(isinstance(n, cst.Name) and n.value in declared for n in walk(other)):
+            return None
+    return declared

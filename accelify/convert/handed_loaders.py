@@ -6,12 +6,13 @@ and every rank trained on all of it (a review line said so).
 
 The conversion of the module asks the folder's files that import it what their constructions
 hand, and reads a parameter as a DataLoader where every construction hands it one the caller
-made (its own analysis names the kind), as a construction written in the file would
-(`ScriptModel.given_parameters`): the class then prepares it where it keeps it. Only a driver
-that neither trains nor uses an accelerator counts: its loaders stay unprepared (its own
-conversion prepares nothing), so the class's prepare is the only one. A construction under a
-rank test, a class the module constructs itself, or callers that disagree leave the parameter
-unknown (the review line stays)."""
+made (its own analysis names the kind, a factory of another module of the folder included:
+``dataloader = get_dataloader(...)`` of ``dataloader.py``), as a construction written in the
+file would (`ScriptModel.given_parameters`): the class then prepares it where it keeps it.
+Only a driver that neither trains nor uses an accelerator counts: its loaders stay unprepared
+(its own conversion prepares nothing), so the class's prepare is the only one. A construction
+under a rank test, a class the module constructs itself, or callers that disagree leave the
+parameter unknown (the review line stays)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from accelify.analysis.project_modules import read
 from accelify.analysis.script_model import Kind, ScriptModel, analyze
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.across import importers_of
+from accelify.convert.project import imported_returns
 from accelify.errors import UserError
 from accelify.source import parse
 
@@ -40,9 +42,15 @@ def handed_loaders(path: Path, module: cst.Module) -> dict[cst.FunctionDef, dict
     calls: list[HandedCall] = []
     for importer in importers_of(path):
         try:
-            caller = analyze(parse(read(importer), str(importer)))
+            source = parse(read(importer), str(importer))
         except UserError:
             return {}
+        caller = analyze(source)
+        # a loader the driver gets from a factory of another module of the folder
+        # (``dataloader = get_dataloader(...)`` of ``dataloader.py``) is a DataLoader it made
+        returns = imported_returns(importer, caller)
+        if returns:
+            caller = analyze(source, imported_returns=returns)
         if caller.trains or caller.uses_accelerator:
             return {}
         for call, file, member in project_calls(caller, importer):

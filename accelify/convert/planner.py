@@ -39,6 +39,7 @@ from accelify.convert.steps import (
     metric_schedulers,
     output,
     prepare,
+    project_prints,
     saving,
     scheduler_pace,
     seeding,
@@ -83,6 +84,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     side_effects.run,
     shared_files.run,
     output.run,
+    project_prints.run,
     logging_once.run,
     tracker_runs.run,
     evaluation.run,
@@ -108,6 +110,8 @@ def plan_conversion(
     imported_loggers: set[str] | None = None,
     imported_object_savers: dict[str, ObjectSaver] | None = None,
     imported_layer_members: dict[str, str] | None = None,
+    imported_printers: dict[str, str] | None = None,
+    imported_file_writers: dict[str, str] | None = None,
 ) -> Plan:
     """``imported_writers``: names the script calls of functions of its project's other modules
     that only write files, with where they are (`project.imported_writers`);
@@ -119,7 +123,10 @@ def plan_conversion(
     ``imported_object_savers``: classes whose methods save a handed model's state dict
     (`project.imported_object_savers`);
     ``imported_layer_members``: members that run layers of the model classes the script builds
-    from those modules (`project.imported_layer_members`)."""
+    from those modules (`project.imported_layer_members`); ``imported_printers``: those that
+    only show text on the terminal, with where they are (`project.imported_printers`);
+    ``imported_file_writers``: those whose body writes a file, with where
+    (`project.imported_file_writers`)."""
     ctx = Context(model, options)
     ctx.imported_writers = imported_writers or {}
     ctx.imported_evaluators = imported_evaluators or set()
@@ -128,6 +135,8 @@ def plan_conversion(
     ctx.imported_loggers = imported_loggers or set()
     ctx.imported_object_savers = imported_object_savers or {}
     ctx.imported_layer_members = imported_layer_members or {}
+    ctx.imported_printers = imported_printers or {}
+    ctx.imported_file_writers = imported_file_writers or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()

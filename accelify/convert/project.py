@@ -13,7 +13,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from accelify.analysis import collectives
+from accelify.analysis import collectives, side_effects
 from accelify.analysis.facts import facts_of
 from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
@@ -28,7 +28,7 @@ from accelify.analysis.project_modules import (
 )
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_main_guard, target_names, walk
-from accelify.analysis.writing_helpers import saves_only, writes_only
+from accelify.analysis.writing_helpers import prints_only, saves_only, writes_only
 from accelify.edits.plan import Note
 from accelify.errors import UserError
 from accelify.source import parse
@@ -146,6 +146,59 @@ def imported_writers(
         line = writes_only(other, facts.placement, facts.calls, facts.flow, function)
         if line is not None:
             found[name] = f"{_relative(file, script)}:{line}"
+    return found
+
+
+def imported_printers(
+    path: str | Path, model: ScriptModel, siblings: list[SiblingCall] | None = None
+) -> dict[str, str]:
+    """Names this file calls (``progress_bar``, ``utils.log``) that are functions of a module of
+    its own folder which only show text on the terminal (`writing_helpers.prints_only`), with
+    where they are (``utils.py:12``): run on every rank, each line would show N times."""
+    script = Path(path)
+    found: dict[str, str] = {}
+    calls = siblings if siblings is not None else _sibling_calls(script, model)
+    for _, name, function, file, other in calls:
+        if name in found:
+            continue
+        facts = facts_of(other)
+        line = prints_only(other, facts.placement, facts.calls, facts.flow, function)
+        if line is not None:
+            found[name] = f"{_relative(file, script)}:{line}"
+    return found
+
+
+def imported_file_writers(
+    path: str | Path, model: ScriptModel, siblings: list[SiblingCall] | None = None
+) -> dict[str, str]:
+    """Names this file calls (``generate_new_image``) that are functions of a module of its own
+    folder whose body writes a file itself (``torch.save``, a file opened for writing, any
+    write `side_effects` knows), with where the first write is (``utils.py:12``): whatever
+    else they do, every rank that calls one writes that file."""
+    script = Path(path)
+    found: dict[str, str] = {}
+    calls = siblings if siblings is not None else _sibling_calls(script, model)
+    for _, name, function, file, other in calls:
+        if name in found:
+            continue
+        defined = _top_level_function(other, function)
+        if defined is None or any(
+            isinstance(node, cst.Call) and other.call_names(node) & collectives.FUNCTIONS
+            for node in walk(defined.body)
+        ):
+            continue  # one that meets the other ranks cannot run on the main process alone
+        write = next(
+            (
+                node
+                for node in walk(defined.body)
+                if isinstance(node, cst.Call)
+                and (side_effects.opens_for_writing(node) or side_effects.once_per_run(other, node))
+                and not other.call_names(node) & {"builtins.input"}
+            ),
+            None,
+        )
+        if write is not None:
+            found[name] = f"{_relative(file, script)}:{other.line(write)}"
     return found
 
 

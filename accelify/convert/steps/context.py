@@ -160,6 +160,12 @@ class Context:
     #: Members that run a model's layers of the module classes the script builds from the
     #: project's other modules, with where each is defined (`project.imported_layer_members`)
     imported_layer_members: dict[str, str] = field(default_factory=dict)
+    #: Functions of the project's other modules that only show text on the terminal, by the
+    #: name calls use, with where each is defined (`project.imported_printers`)
+    imported_printers: dict[str, str] = field(default_factory=dict)
+    #: Functions of the project's other modules whose body writes a file, by the name calls
+    #: use, with where the write is (`project.imported_file_writers`)
+    imported_file_writers: dict[str, str] = field(default_factory=dict)
     #: models left out of prepare that the conversion moves to the device where they are made
     #: (`devices._unmoved_untrained_models`): a tensor made on the CPU and handed to one would
     #: meet its weights on another device

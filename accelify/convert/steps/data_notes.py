@@ -162,6 +162,17 @@ def run(ctx: Context) -> None:
                 "loader where it is made, before anything iterates it, and hand the prepared "
                 "one in"
             )
+        elif kept_from := _batches_from_a_constructor_parameter(ctx):
+            loop_node, attribute, parameter, kept = kept_from
+            text = (
+                f"the training loop at line {ctx.line(loop_node)} reads its batches from "
+                f"{attribute}, which __init__ keeps from its parameter {parameter} (line "
+                f"{ctx.line(kept)}): what the callers hand it is not known to be a DataLoader "
+                "here (a DataLoader subclass, or one made where the conversion does not follow), "
+                "so it is not prepared: if it is a DataLoader, every rank trains on all of it "
+                "(correct, not data-parallel); to shard it, prepare it where the class keeps it "
+                f"({attribute} = {ctx.a_at(kept, 'prepare')}({attribute}))"
+            )
         else:
             text = (
                 "batches do not come from a DataLoader: every rank trains on the same data; "
@@ -1079,6 +1090,57 @@ def _batches_from_an_attribute_set_elsewhere(ctx: Context) -> tuple[cst.CSTNode,
                 and value.attr.value not in assigned
             ):
                 return loop, f"self.{value.attr.value}"
+    return None
+
+
+def _batches_from_a_constructor_parameter(
+    ctx: Context,
+) -> tuple[cst.CSTNode, str, str, cst.CSTNode] | None:
+    """A training loop that iterates ``self.<name>`` (also under ``enumerate``/``tqdm``), which
+    the class's ``__init__`` keeps from one of its parameters (``self.dataloader =
+    dataloader``): the callers hand it, so whether it is a DataLoader is not known here (a
+    DataLoader subclass of another module is not taken for one: realconv37's dcgan trainer),
+    and the review line must not say the batches come from none. The loop, the attribute, the
+    parameter and the assignment."""
+    loops: list[cst.CSTNode] = [loop.node for loop in ctx.model.loops if loop.trains]
+    loops += [loop.node for loop, _ in ctx.facts.step_driven_loops]
+    loops += [
+        loop for call in ctx.model.backward_calls if (loop := _loop_around(ctx, call)) is not None
+    ]
+    for loop in loops:
+        read, _ = _source_and_body(loop)
+        owner = ctx.model.index.nearest(loop, cst.ClassDef)
+        if owner is None:
+            continue
+        init = next(
+            (
+                s
+                for s in owner.body.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
+            ),
+            None,
+        )
+        if init is None:
+            continue
+        parameters = {p.name.value for p in init.params.params}
+        for value in read:
+            attributes = {
+                dotted(node)
+                for node in walk(value)
+                if isinstance(node, cst.Attribute)
+                and isinstance(node.value, cst.Name)
+                and node.value.value == "self"
+            }
+            for node in walk(init.body):
+                if (
+                    isinstance(node, cst.Assign)
+                    and len(node.targets) == 1
+                    and dotted(node.targets[0].target) in attributes
+                    and isinstance(node.value, cst.Name)
+                    and node.value.value in parameters - {"self"}
+                ):
+                    attribute = dotted(node.targets[0].target) or ""
+                    return loop, attribute, node.value.value, node
     return None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.own_values import OwnValues
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
@@ -43,6 +44,40 @@ def run(ctx: Context) -> None:
                 f"average it over the ranks first ({ctx.a('reduce')}) or step on a gathered "
                 "evaluation metric",
             )
+            continue
+        _folded_elsewhere(ctx, call)
+
+
+def _folded_elsewhere(ctx: Context, call: cst.Call) -> None:
+    """The metric followed through the file (`own_values`, ACC409's analysis) to a value this
+    rank folds from its shard of a loader the conversion prepares: a trainer's
+    ``self.lr_scheduler.step(self.loss["train"][-1])`` in ``train()``, the entry its
+    ``_train_epoch()`` appends the mean of its batches to."""
+    view = ctx.shard_view()
+    for argument in call.args:
+        origin = OwnValues(ctx.facts, view).origin(argument.value, call, {})
+        if origin is None or not _in_training_loop(ctx, origin):
+            continue  # an evaluation's total is `evaluation`'s: gathered, or its own review
+        metric = ctx.code(argument.value)
+        ctx.plan.review(
+            ctx.line(call),
+            f"{ctx.code(call.func)}({metric}) steps on {metric}, folded from this rank's "
+            f"batches only (line {ctx.line(origin)}): each rank would change its learning rate "
+            "on its own shard's value and the ranks' parameters drift apart; step on the value "
+            f"averaged over the ranks: {ctx.a_at(call, 'reduce')}(torch.tensor({metric}, "
+            f"device={ctx.advised_accelerator(call) or 'accelerator'}.device), 'mean').item()",
+        )
+        return
+
+
+def _in_training_loop(ctx: Context, node: cst.CSTNode) -> bool:
+    """``node`` folds batch values in a loop that trains (itself or through the calls it
+    makes)."""
+    loop = ctx.model.index.enclosing_loop(node)
+    return loop is not None and any(
+        entry.node is loop and (entry.trains or ctx.facts.calls.trains_through_calls(loop))
+        for entry in ctx.model.loops
+    )
 
 
 def _optimizers_set_from_training(ctx: Context) -> None:

@@ -72,7 +72,14 @@ def _project_writers(ctx: Context) -> None:
     for call in ctx.model.calls:
         name = dotted(call.func)
         saver = ctx.imported_state_savers.get(name or "")
-        if name is None or not (_named_as_a_write(name.rsplit(".", 1)[-1]) or saver):
+        # a file writer handed a loader may evaluate it (each rank its shard): not this advice
+        named = name is not None and _named_as_a_write(name.rsplit(".", 1)[-1])
+        writes = (
+            None
+            if named or saver or _hands_a_loader(ctx, call)
+            else ctx.imported_file_writers.get(name or "")
+        )
+        if name is None or not (named or saver or writes):
             continue
         if ctx.facts.calls.targets(call) or not _imported_from_the_project(ctx, name):
             continue
@@ -103,18 +110,45 @@ def _project_writers(ctx: Context) -> None:
         unwrapped = ", ".join(f"{unwrap_model}({m})" for m in models)
         unwrap = f", handing it {unwrapped}" if models else ""
         prefix = ", and a prepared model's state has DDP's `module.` prefix" if models else ""
-        seen = (
-            f"{name}() is a function of another module that saves what it is handed "
-            f"({saver.where}), handed"
-            if saver is not None
-            else f"{name}() is a function of another module the conversion cannot see, handed"
-        )
+        if saver is not None:
+            seen = (
+                f"{name}() is a function of another module that saves what it is handed "
+                f"({saver.where}), handed"
+            )
+        elif writes:
+            # ``generate_new_image(self.generator, z, save_path=...)``: it runs the model
+            # handed and saves what it makes
+            seen = f"{name}() is a function of another module that writes a file ({writes}), handed"
+        else:
+            seen = f"{name}() is a function of another module the conversion cannot see, handed"
+        if writes and saver is None:
+            # it writes for sure; what it does with the model is unseen (it may run it: the
+            # prepared model's forward is a collective the main process must not run alone)
+            prefix = ", and the prepared model is DDP's wrapper" if models else ""
+            ctx.plan.review(
+                ctx.line(call),
+                f"{seen} {', '.join(handed)}: every rank calls it, so every rank writes that "
+                f"file (N writes racing on one path){prefix}; call it under "
+                f"`if {ctx.a('is_main_process')}:`{unwrap} (unwrapped, its forward is no "
+                "collective the other ranks must join)",
+            )
+            continue
         ctx.plan.review(
             ctx.line(call),
             f"{seen} {', '.join(handed)}: every rank calls it, so if it writes a file every rank "
             f"writes it (N writes racing on one path){prefix}; call it under "
             f"`if {ctx.a('is_main_process')}:` after {ctx.a('wait_for_everyone')}(){unwrap}",
         )
+
+
+def _hands_a_loader(ctx: Context, call: cst.Call) -> bool:
+    """An argument of ``call`` reads a DataLoader."""
+    return any(
+        ctx.facts.flow.kind_of(name, call) is Kind.DATALOADER
+        for argument in call.args
+        for node in walk(argument.value)
+        if isinstance(node, (cst.Name, cst.Attribute)) and (name := dotted(node)) is not None
+    )
 
 
 def _review_a_saver_left_on_every_rank(
