@@ -776,13 +776,15 @@ def test_a_cpu_batch_already_in_place_is_handed_back_as_it_is(way):
 def _zipped_orders(prepare: bool) -> list[list[int]]:
     """Two shuffled loaders read together by zip(), as a multi-task script reads them."""
     torch.manual_seed(3)
-    loaders = [DataLoader(TensorDataset(torch.arange(n)), batch_size=4, shuffle=True) for n in (8, 12)]
+    loaders = [
+        DataLoader(TensorDataset(torch.arange(n)), batch_size=4, shuffle=True) for n in (8, 12)
+    ]
     if prepare:
         loaders = list(Accelerator().prepare(*loaders))
     orders: list[list[int]] = [[], []]
     for _ in range(2):
-        for batches in zip(*loaders):
-            for order, (batch,) in zip(orders, batches):
+        for batches in zip(*loaders, strict=False):  # the shorter one ends the pass
+            for order, (batch,) in zip(orders, batches, strict=True):
                 order.extend(batch.tolist())
     return orders
 
