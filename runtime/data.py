@@ -361,13 +361,24 @@ class PreparedDataLoader:
 
     # --- iteration --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        # Not a generator itself: torch's iter(DataLoader) draws the iterator's base seed from
+        # the global RNG at once, and zip(loader_a, loader_b) calls both iter()s before either
+        # batch, so the inner pass starts here, where the unprepared one would (the sampler's
+        # own seed stays drawn at the first batch, `_ShardedBatchSampler.__iter__`).
         skip, self._resume_skip = self._resume_skip, 0
         self.set_epoch(self.iteration)
+        inner: Iterator[Any] | None = None
         if self._sampler is not None:
             self._sampler.skip = skip
-            batches: Iterator[Any] = self._start_inner_pass()
+            inner = self._start_inner_pass()
+        return self._yield_pass(skip, inner)
+
+    def _yield_pass(self, skip: int, inner: Iterator[Any] | None) -> Iterator[Any]:
+        """This rank's batches of one pass, on its device: `__iter__`."""
+        if self._sampler is not None:
+            assert inner is not None
             expected = len(self._sampler) - skip
-            stream = _count_to_end(batches, expected)
+            stream = _count_to_end(inner, expected)
         elif self.dispatch_batches:
             self._stream_pass = ShardPass()
             stream = itertools.islice(

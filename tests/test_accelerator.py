@@ -771,3 +771,27 @@ def test_a_cpu_batch_already_in_place_is_handed_back_as_it_is(way):
         place(meta)
     with pytest.raises(NotImplementedError):
         place(torch.empty(2, device="meta"))
+
+
+def _zipped_orders(prepare: bool) -> list[list[int]]:
+    """Two shuffled loaders read together by zip(), as a multi-task script reads them."""
+    torch.manual_seed(3)
+    loaders = [
+        DataLoader(TensorDataset(torch.arange(n)), batch_size=4, shuffle=True) for n in (8, 12)
+    ]
+    if prepare:
+        loaders = list(Accelerator().prepare(*loaders))
+    orders: list[list[int]] = [[], []]
+    for _ in range(2):
+        for batches in zip(*loaders, strict=False):  # the shorter one ends the pass
+            for order, (batch,) in zip(orders, batches, strict=True):
+                order.extend(batch.tolist())
+    return orders
+
+
+def test_zipped_prepared_loaders_shuffle_as_the_unprepared_ones():
+    """zip() calls iter() on both loaders before the first batch of either: torch draws each
+    DataLoader iterator's base seed at iter() and each sampler's seed at its first batch, so a
+    prepared loader must start its inner pass at iter() too, or one process shuffles otherwise
+    than the script (a multi-task script's 1-process run printed other accuracies)."""
+    assert _zipped_orders(prepare=True) == _zipped_orders(prepare=False)

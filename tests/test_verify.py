@@ -459,3 +459,21 @@ def test_check_3_reads_an_evaluation_through_a_loop_that_also_trains():
     assert header == "run_epoch(..., val_loader, ...)"
     assert verdict == "whole set: its loader is not prepared"
     assert "no evaluation loop" not in check.verdict
+
+
+def test_loaders_zipped_on_one_for_line_share_the_steps_backward(tmp_path: Path):
+    """``for a, b in zip(loader_a, loader_b):`` starts both passes on one line before either
+    yields: the step's backward belongs to both, so neither reads as an evaluation that gathers
+    nothing (a multi-task script's conversion failed check 2 on its training loop)."""
+    from accelify.verify.loader_passes import LoaderPasses
+
+    script = tmp_path / "train.py"
+    script.write_text("for a, b in zip(loader_a, loader_b):\n    pass\nfor x in val:\n")
+    passes = LoaderPasses(str(script), place=lambda: (str(script), 1))
+    first, second = passes.start((str(script), 1)), passes.start((str(script), 1))
+    assert first is not None and second is not None
+    first["batches"], second["batches"] = 2, 2
+    passes.backward += 2
+    passes.start((str(script), 3))  # the evaluation after the loop closes the shared window
+    passes.close_last()
+    assert [p["backward"] for p in passes.passes] == [2, 2, 0]

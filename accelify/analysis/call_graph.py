@@ -328,6 +328,9 @@ class CallGraph:
             if made is not None:  # ``cls(model, optimizer)`` in a classmethod factory
                 init = self.lookup(made, "__init__")
                 return _Resolution([init] if init is not None else [], 1)
+            closure = self._returned_closure(func.value, call)
+            if closure is not None:  # ``train_step = make_train_step(model, opt)``
+                return _Resolution([closure], 0)
             if self._shadowed(func.value, call):
                 # ``def fit(step): step()``: the parameter, not the module's step
                 return _Resolution([], 0)
@@ -1086,6 +1089,39 @@ class CallGraph:
         for kind in (cst.Param, cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For):
             yield from self.index.of_type(kind)
         yield from self.index.of_type(cst.AsName)
+
+    def _returned_closure(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
+        """The nested ``def`` that a function of this file returns, where ``name`` is bound
+        once, in the function around ``at``, to that function's call: ``train_step =
+        make_train_step(model, opt, loss_fn)`` then ``train_step(x, y)`` runs the ``def
+        train_step`` inside ``make_train_step`` (a functional script's step: its backward
+        trains the loop that calls it)."""
+        function = self.index.enclosing_function(at)
+        bound = [
+            assign
+            for assign in self.index.assignments_to(name)
+            if self.index.enclosing_function(assign) is function
+        ]
+        if len(bound) != 1 or len(assigned_targets(bound[0])) != 1:
+            return None
+        value = bound[0].value
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+            return None
+        factory = self.model.functions.get(value.func.value)
+        if factory is None or self._shadowed(value.func.value, value):
+            return None
+        nested = {
+            statement.name.value: statement
+            for statement in factory.body.body
+            if isinstance(statement, cst.FunctionDef)
+        }
+        returned = {
+            nested.get(node.value.value) if isinstance(node.value, cst.Name) else None
+            for node in self.index.own_returns(factory)
+        }
+        if len(returned) != 1:
+            return None
+        return returned.pop()
 
     def _shadowed(self, name: str, at: cst.CSTNode) -> bool:
         """``name`` at ``at`` is a variable of a function, lambda or comprehension around it,

@@ -1402,7 +1402,16 @@ class SharedFiles:
         if len(passed) != 1:
             return None
         (name,) = passed
-        return cst.parse_expression(name) if name is not None else None
+        if name is not None:
+            return cst.parse_expression(name)
+        # or one entry of a name the caller holds (``ModelCheckpoint(config["ckpt_dir"])``),
+        # spelled alike at every construction: the ``os.path.join(config["ckpt_dir"], ...)``
+        # that caller loads
+        values = self.flow.kept_argument_values(dotted(node), node)
+        codes = {self.model.module.code_for_node(value).strip() for value in values}
+        if len(codes) != 1 or not all(_entry_of_a_name(value) for value in values):
+            return None
+        return cst.parse_expression(codes.pop())
 
     def _kept_value(self, node: cst.Attribute, depth: int) -> cst.BaseExpression | None:
         """The one value the name every construction hands ``self.<attr>`` (`_kept_argument`)
@@ -1694,6 +1703,20 @@ def _distinct(model: ScriptModel, values: list[cst.BaseExpression]) -> list[cst.
     for value in values:
         seen.setdefault(model.module.code_for_node(value).strip(), value)
     return list(seen.values())
+
+
+def _entry_of_a_name(value: cst.BaseExpression) -> bool:
+    """``config["ckpt_dir"]``, ``cfg.paths["out"]``: a name's entry under constant keys, the
+    same value wherever the caller spells it alike (no call, no computed key)."""
+    if isinstance(value, cst.Subscript):
+        return all(
+            isinstance(element.slice, cst.Index)
+            and isinstance(element.slice.value, (cst.SimpleString, cst.Integer))
+            for element in value.slice
+        ) and (isinstance(value.value, cst.Name) or _entry_of_a_name(value.value))
+    if isinstance(value, cst.Attribute):
+        return isinstance(value.value, cst.Name) or _entry_of_a_name(value.value)
+    return False
 
 
 def _unselfed(spellings: set[str]) -> set[str]:

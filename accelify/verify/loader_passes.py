@@ -79,7 +79,8 @@ class LoaderPasses:
         self.collectives = 0
         self.gathers = 0
         self.passes: list[dict[str, Any]] = []
-        self._open: dict[str, Any] | None = None
+        #: the passes whose window is open: one, or the loaders one ``for`` line reads together
+        self._open: list[dict[str, Any]] = []
 
     def install(self) -> None:
         loader_iter = torch.utils.data.DataLoader.__iter__
@@ -109,8 +110,7 @@ class LoaderPasses:
     def start(self, place: Place) -> dict[str, Any] | None:
         if place is None or not self._is_for_line(place):
             return None  # ``next(iter(loader))`` peeks at a batch: not a pass
-        self.close_last()
-        self._open = {
+        record = {
             "line": place[1],
             "module": self.label(place[0]),
             "batches": 0,
@@ -119,16 +119,29 @@ class LoaderPasses:
             "gathers": self.gathers,
             "optimizers": self.optimizers(),
         }
-        self.passes.append(self._open)
-        return self._open
+        if not self._read_together(record):
+            self.close_last()
+        self._open.append(record)
+        self.passes.append(record)
+        return record
+
+    def _read_together(self, record: dict[str, Any]) -> bool:
+        """``for a, b in zip(loader_a, loader_b):`` starts both passes on one line before
+        either yields a batch: they share one window (the backward of the step reading both
+        belongs to each), else the first would look like an evaluation without a backward."""
+        return bool(self._open) and all(
+            (other["line"], other["module"]) == (record["line"], record["module"])
+            and other["batches"] == 0
+            for other in self._open
+        )
 
     def close_last(self) -> None:
-        """The open pass's window ends here: its counters become the counts since its start."""
-        if self._open is not None:
-            self._open["backward"] = self.backward - self._open["backward"]
-            self._open["collectives"] = self.collectives - self._open["collectives"]
-            self._open["gathers"] = self.gathers - self._open["gathers"]
-            self._open = None
+        """The open passes' window ends here: their counters become the counts since it began."""
+        for record in self._open:
+            record["backward"] = self.backward - record["backward"]
+            record["collectives"] = self.collectives - record["collectives"]
+            record["gathers"] = self.gathers - record["gathers"]
+        self._open = []
 
     def write(self, path: Path) -> None:
         self.close_last()

@@ -20,7 +20,7 @@ from accelify.analysis.idle_members import (
 )
 from accelify.analysis.objects import instance_class, methods_of, received_classes
 from accelify.analysis.outside_forward import in_training_step
-from accelify.analysis.script_model import Binding, Kind
+from accelify.analysis.script_model import Binding, Kind, Loop
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 
@@ -63,12 +63,130 @@ def _expects_idle_members(ctx: Context, binding: Binding, made_by: str) -> bool:
             f"{made_by}'s forward computes with {members} only in some calls (under a branch "
             "or after an early return)"
         )
+    calls = _forwards_of_one_step(ctx, binding.name) if not idle_members(ctx.model, made_by) else []
+    if calls:
+        _expect_a_static_graph(ctx, binding, why, calls)
+        return True
     _expect_unused(ctx)
     ctx.plan.change(
         ctx.line(binding.assign),
         f"{why}: DDP told to expect parameters without gradients (find_unused_parameters=True)",
     )
     return True
+
+
+def _expect_a_static_graph(ctx: Context, binding: Binding, why: str, calls: list[cst.Call]) -> None:
+    """The step calls the model more than once before its backward (a multi-task step:
+    ``model(xa, "a")`` and ``model(xb, "b")``). Under ``find_unused_parameters=True`` DDP marks
+    what one call leaves unused ready at once, then the other call's gradient marks it again:
+    "Expected to mark a variable ready only once". Told the graph is static, DDP learns from
+    the first step which parameters each step uses, and the steps here use the same ones when
+    the calls pass the same constants every step; other arguments get a review line. DDP
+    refuses a static graph under ``no_sync`` (accumulated steps): there no option is set, and
+    a review line says every parameter must then get a gradient in each step."""
+    at = sorted({ctx.line(call) for call in calls})
+    lines = f"line{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}"
+    step = f"{why}, and one training step calls {binding.name} {len(calls)} times ({lines})"
+    if any(_accumulates(ctx, loop) for loop in ctx.model.loops):
+        ctx.plan.review(
+            ctx.line(binding.assign),
+            f"{step} before its backward while gradients are accumulated: DDP fails there under "
+            "find_unused_parameters=True (a parameter one call leaves unused gets its gradient "
+            "from another) and under static_graph=True (refused with no_sync); left without "
+            "either, which holds when the calls together use every parameter in each step",
+        )
+        return
+    ctx.constructor.setdefault("kwargs_handlers", f"[{HANDLER}(static_graph=True)]")
+    if HANDLER not in ctx.uses:
+        ctx.uses.append(HANDLER)
+    ctx.plan.change(
+        ctx.line(binding.assign),
+        f"{step} before its backward: find_unused_parameters=True would stop DDP there (a "
+        "parameter one call leaves unused gets its gradient from another); DDP told the step "
+        "uses the same parameters every time (static_graph=True)",
+    )
+    varying = next((call for call in calls if not _constant_options(call)), None)
+    if varying is not None:
+        ctx.plan.review(
+            ctx.line(varying),
+            f"{binding.name} is called here with arguments that may change between steps: "
+            "static_graph=True needs every step to use the same parameters (DDP stops when a "
+            "later step uses others); if they change, call the model once per backward and pass "
+            f"{HANDLER}(find_unused_parameters=True) instead",
+        )
+
+
+def _accumulates(ctx: Context, loop: Loop) -> bool:
+    """The conversion turns ``loop``'s hand-written accumulation into ``accelerator.accumulate``
+    (`steps/accumulation.py`), whose steps between updates run under ``no_sync``."""
+    found = ctx.facts.accumulation_in(loop)
+    return found is not None and found.unaccounted is None
+
+
+def _constant_options(call: cst.Call) -> bool:
+    """Every argument after the first positional one (the input) is a literal constant
+    (``"a"``, ``2``, ``True``): the branch the forward takes is the same at every step."""
+    for arg in call.args[1:]:
+        value = arg.value
+        if isinstance(value, (cst.SimpleString, cst.Integer, cst.Float)):
+            continue
+        if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+            continue
+        return False
+    return True
+
+
+def _forwards_of_one_step(ctx: Context, name: str) -> list[cst.Call]:
+    """Two or more forward calls of ``name`` in the innermost loop (or function) that also
+    runs its backward, outside any evaluation: calls of one training step."""
+    steps: dict[int, list[cst.Call]] = {}
+    for call in ctx.model.calls:
+        if dotted(call.func) != name or not ctx.facts.flow.is_forward(call):
+            continue
+        if not in_training_step(ctx.model, ctx.facts.placement, call) or any(
+            ctx.facts.placement.inside(call, evaluation.loop.node)
+            for evaluation in ctx.facts.evaluations
+        ):
+            continue
+        steps.setdefault(id(_step_of(ctx, call)), []).append(call)
+    backward_steps = {id(_step_of(ctx, backward)) for backward in ctx.model.backward_calls}
+    for key, calls in steps.items():
+        if key not in backward_steps:
+            continue
+        together = [
+            call
+            for call in calls
+            if any(other is not call and not _other_arms(ctx, call, other) for other in calls)
+        ]
+        if len(together) > 1:  # not ``if aux: model(x, True) else: model(x)``: one per step
+            return together
+    return []
+
+
+def _other_arms(ctx: Context, one: cst.CSTNode, other: cst.CSTNode) -> bool:
+    """``one`` and ``other`` sit in different arms of one ``if``/``else`` (or conditional
+    expression): a step runs one of them, in a loop too."""
+    arms: dict[int, cst.CSTNode] = {}
+    child = one
+    for ancestor in ctx.model.ancestors(one):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            arms[id(ancestor)] = child
+        child = ancestor
+    child = other
+    for ancestor in ctx.model.ancestors(other):
+        arm = arms.get(id(ancestor))
+        if arm is not None and child is not ancestor.test:
+            return arm is not child
+        child = ancestor
+    return False
+
+
+def _step_of(ctx: Context, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The innermost loop or function around ``node``."""
+    parent = ctx.model.parent(node)
+    while parent is not None and not isinstance(parent, (cst.For, cst.While, cst.FunctionDef)):
+        parent = ctx.model.parent(parent)
+    return parent
 
 
 def _dropped_outputs(ctx: Context) -> bool:
