@@ -1,0 +1,86 @@
+"""Ctrl-C and the launcher's other stops end a run at once, quietly, and leave nothing behind:
+with the ranks inside a collective, in the first seconds of a launch, on forked and fresh ranks
+alike (issue 20)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from accelify.runtime import collective_record
+from accelify.runtime.collective_record import IN_COLLECTIVE
+from accelify.runtime.environment import FAILURE_DIR
+from accelify.runtime.state import _ExitGuard
+from conftest import _kill_group, start
+
+#: Rank 1 sleeps while rank 0 waits for it in a barrier.
+WAITS_IN_A_BARRIER = textwrap.dedent(
+    f"""
+    import os
+    import time
+    import torch
+    from torch import nn
+    from accelify import Accelerator
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(nn.Linear(4, 1))
+    accelerator.backward(model(torch.randn(2, 4)).sum())
+    accelerator.print("RECORDS", os.environ["{FAILURE_DIR}"], flush=True)
+    if accelerator.process_index == 1:
+        time.sleep(600)
+    accelerator.wait_for_everyone()
+    """
+)
+
+FRESH = pytest.mark.parametrize("fresh", ["0", "1"], ids=["forked", "fresh"])
+
+
+def _environment(fresh: str) -> dict[str, str]:
+    return {**os.environ, "ACCELIFY_FRESH_RANKS": fresh}
+
+
+def _wait_in_a_collective(records: Path, rank: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        record = collective_record.read(records, rank)
+        if record is not None and record.state == IN_COLLECTIVE:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"rank {rank} never entered its collective")
+
+
+@pytest.mark.distributed
+@FRESH
+def test_ctrl_c_while_a_rank_waits_in_a_collective_ends_the_run_at_once(
+    fresh: str, tmp_path: Path
+) -> None:
+    """The interrupted barrier's work stayed held by the traceback Python keeps of the
+    KeyboardInterrupt (``sys.last_value``) until finalization, and the exit guard waited
+    `_ExitGuard.EXIT_WAIT` twice for it: 21 s from Ctrl-C to the end. Any one such wait would
+    reach the bound below; the run itself ends in about a second."""
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS_IN_A_BARRIER)
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = start(command, cwd=tmp_path, env=_environment(fresh))
+    try:
+        word, records = process.stdout.readline().split()
+        assert word == "RECORDS"
+        attempt = collective_record.attempt_directory(Path(records), 0)
+        _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
+        interrupted = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: the launcher's group
+        _, stderr = process.communicate(timeout=120)
+        took = time.monotonic() - interrupted
+    finally:
+        _kill_group(process.pid)
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "accelify launch: stopped by SIGINT; every rank was stopped"
+    ), stderr
+    assert "Traceback" not in stderr, stderr
+    assert took < _ExitGuard.EXIT_WAIT.total_seconds(), (took, stderr)
