@@ -84,3 +84,32 @@ def test_ctrl_c_while_a_rank_waits_in_a_collective_ends_the_run_at_once(
     ), stderr
     assert "Traceback" not in stderr, stderr
     assert took < _ExitGuard.EXIT_WAIT.total_seconds(), (took, stderr)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("after", [1, 2, 4])
+def test_ctrl_c_in_the_first_seconds_of_a_launch_ends_it_quietly_and_at_once(
+    after: float, tmp_path: Path
+) -> None:
+    """Ctrl-C as the launcher imports torch, as the template does (each rank's client waits for
+    its fork) or as the ranks start: exit 130 at once, and no traceback. Before, a client
+    waiting for its fork printed KeyboardInterrupt's traceback and the launcher waited for the
+    template to finish importing torch (10.8 s after a Ctrl-C at 4 s), and a KeyboardInterrupt
+    inside the launcher's own import of torch was caught by the import's ``try``s: the launcher
+    went on and ran the script to its end."""
+    script = tmp_path / "sleeps.py"
+    script.write_text("import time\nimport torch\n\ntime.sleep(120)\n")
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = start(command, cwd=tmp_path, env=_environment("0"))
+    try:
+        time.sleep(after)
+        interrupted = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+        took = time.monotonic() - interrupted
+    finally:
+        _kill_group(process.pid)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("accelify launch: stopped by SIGINT"), stderr
+    assert took < 5, (took, stderr)

@@ -40,8 +40,12 @@ RANK_ENTRY = "accelify.runtime.rank_entry"
 #: The packages a fresh rank has imported with its entry before it looks a ``-m`` module up
 ENTRY_PACKAGES = main_module.entry_packages(RANK_ENTRY)
 CLIENT = Path(__file__).with_name("rank_client.py")
-#: How long the launcher waits for the template to end after the last rank
-CLOSE_WAIT = 30
+#: How long the launcher waits for the template to end after the last rank before it kills
+#: it. By then every client has ended, and with it its rank (a client that goes takes its rank
+#: with it): what is left is the template's own end, a moment, or its import of torch when the
+#: run was stopped in its first seconds, which held a Ctrl-C's end back by as long (5-12 s
+#: on a loaded machine). Killed, it has nothing left to lose.
+CLOSE_WAIT = 1
 
 
 def fresh_reason(
