@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -16,6 +17,7 @@ import pytest
 from accelify.runtime import collective_record
 from accelify.runtime.collective_record import IN_COLLECTIVE
 from accelify.runtime.environment import FAILURE_DIR
+from accelify.runtime.launch import leftovers
 from accelify.runtime.state import _ExitGuard
 from conftest import _kill_group, start
 
@@ -113,3 +115,53 @@ def test_ctrl_c_in_the_first_seconds_of_a_launch_ends_it_quietly_and_at_once(
     assert "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("accelify launch: stopped by SIGINT"), stderr
     assert took < 5, (took, stderr)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_launch_stopped_by_a_signal_leaves_nothing_in_the_temporary_folder(
+    signum: int, tmp_path: Path
+) -> None:
+    """The records folder (each rank's state and stack files) and the template's socket go with
+    the run, however the launcher is stopped but SIGKILL."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS_IN_A_BARRIER)
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = start(command, cwd=tmp_path, env={**_environment("0"), "TMPDIR": str(temporary)})
+    try:
+        _, records = process.stdout.readline().split()
+        assert Path(records).parent == temporary
+        attempt = collective_record.attempt_directory(Path(records), 0)
+        _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
+        os.kill(process.pid, signum)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        _kill_group(process.pid)
+    assert process.returncode == 128 + signum, stderr
+    assert [p.name for p in temporary.iterdir() if p.name.startswith("accelify-")] == []
+
+
+def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path: Path) -> None:
+    """A launcher killed by SIGKILL leaves its folders; the next launch removes those, and
+    never a live launcher's, another PID namespace's, another kind's or a file."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    gone = leftovers.prefix("launch").replace(f"-{os.getpid()}-", f"-{child.pid}-")
+    namespace = gone.split("-")[2]
+    names = {
+        "gone": gone + "abc",
+        "gone_ranks": gone.replace("-launch-", "-ranks-") + "abc",
+        "live": leftovers.prefix("launch") + "abc",
+        "other_namespace": gone.replace(f"-{namespace}-", "-1-") + "abc",
+        "other_kind": gone.replace("-launch-", "-other-") + "abc",
+    }
+    for name in names.values():
+        (tmp_path / name / "0").mkdir(parents=True)
+        (tmp_path / name / "0" / "1.state").write_bytes(b"")
+    (tmp_path / (gone + "file")).write_text("")
+    removed = leftovers.sweep(str(tmp_path))
+    assert sorted(p.name for p in removed) == sorted([names["gone"], names["gone_ranks"]])
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {names["live"], names["other_namespace"], names["other_kind"], gone + "file"}

@@ -28,7 +28,7 @@ from typing import Any
 from accelify.errors import UserError
 from accelify.runtime import options as backend_options
 from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS, LaunchSettings
-from accelify.runtime.launch import foreign_accelerator, rank_start, slurm
+from accelify.runtime.launch import foreign_accelerator, leftovers, rank_start, slurm
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
 from accelify.runtime.launch.watch import Watcher
@@ -347,10 +347,11 @@ def launch(plan: LaunchPlan) -> int:
         threads = max(_usable_cores() // max(local, 1), 1)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     _quiet_agent_warnings()
+    leftovers.sweep()  # what launchers killed by SIGKILL left in the temporary folder
     with (
         contextlib.ExitStack() as stack,
         rendezvous_port(plan.config) as port,
-        tempfile.TemporaryDirectory(prefix="accelify-launch-") as records,
+        tempfile.TemporaryDirectory(prefix=leftovers.prefix("launch")) as records,
     ):
         os.environ[FAILURE_DIR] = records
         client = stack.enter_context(_rank_start(plan, processes))

@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from accelify.runtime.launch import forking, main_module
+from accelify.runtime.launch import forking, leftovers, main_module
 
 #: Set to 1 to start every rank fresh (no template)
 FRESH_RANKS = "ACCELIFY_FRESH_RANKS"
@@ -92,7 +92,7 @@ def template(environment: dict[str, str]) -> Iterator[list[str] | None]:
     arguments (None: the template could not start, the ranks start fresh). The socket is bound
     here, before the template starts: a client that connects while the template still imports
     torch waits in the listen queue. The template ends when its stdin closes, after its ranks."""
-    with tempfile.TemporaryDirectory(prefix="accelify-ranks-") as folder:
+    with tempfile.TemporaryDirectory(prefix=leftovers.prefix("ranks")) as folder:
         path = os.path.join(folder, "socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
