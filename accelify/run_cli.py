@@ -210,11 +210,11 @@ def launch(
       accelify launch -n 8 --backend deepspeed --zero-stage 3 train.py
       accelify launch --config-file cluster.yaml -m mypkg.train
     """
-    from accelify.runtime.launch.config import LaunchConfig, default_config_path, load_config
-    from accelify.runtime.launch.launcher import LaunchPlan, merge
-    from accelify.runtime.launch.launcher import launch as run_plan
-
     try:
+        from accelify.runtime.launch.config import LaunchConfig, default_config_path, load_config
+        from accelify.runtime.launch.launcher import LaunchPlan, merge
+        from accelify.runtime.launch.launcher import launch as run_plan
+
         flags = hf_flags.resolve(flags)
         require_runtime("accelify launch")
         path = config_file or default_config_path()
@@ -226,7 +226,7 @@ def launch(
         code = run_plan(plan)
     except UserError as error:
         fail(error)
-    except KeyboardInterrupt:  # Ctrl-C before any rank started (torch still importing)
+    except KeyboardInterrupt:  # Ctrl-C before any rank started (the template starting)
         click.echo("accelify launch: stopped by SIGINT before any rank started", err=True)
         sys.exit(130)
     _end_the_launcher(code)

@@ -13,9 +13,11 @@ launcher reads the records.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
 import sysconfig
 import time
@@ -130,6 +132,7 @@ def install(rank: int, on_exception: Callable[[], None], entry: CodeType | None 
         if os.getpid() != rank_pid:
             previous(kind, error, tb)
             return
+        _ending_already()
         for callback in _ON_EXCEPTION:
             callback()
         if directory and issubclass(kind, KeyboardInterrupt):
@@ -143,6 +146,19 @@ def install(rank: int, on_exception: Callable[[], None], entry: CodeType | None 
     sys.excepthook = hook
     if directory:
         _record_exit_handler_errors(Path(directory), rank)
+
+
+def _ending_already() -> None:
+    """A Ctrl-C that reaches a rank already ending of its exception is ignored from here on,
+    where Python would raise it as a KeyboardInterrupt in this hook or in the exit handlers
+    after it ("Error in sys.excepthook" and two tracebacks, the record unwritten, the exit
+    guard's cleanup cut short). It comes late on the ranks whose peer it stopped first: the peer
+    leaves, this rank's collective fails with "Connection closed by peer", and the launcher's
+    relayed SIGINT arrives as that is printed. A handler of the script's own is left as it is."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        # not the main thread: an exception there ends only its thread
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 #: How Python introduces an exception raised by an atexit handler (`sys.unraisablehook`).

@@ -7,7 +7,10 @@ Read from the variables torchrun's elastic agent sets (``RANK``, ``LOCAL_RANK``,
 from __future__ import annotations
 
 import atexit
+import contextlib
+import gc
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,6 +162,8 @@ class _ExitGuard:
 
     @classmethod
     def close(cls, store: dist.Store, rank: int, world_size: int) -> None:
+        if cls.crashed:
+            _let_go_of_the_uncaught_exception()
         collective_record.leaving()
         # the handlers that ran before this one were registered after the group started, and
         # could make a collective; the others run once the group is gone, and cannot
@@ -178,6 +183,21 @@ class _ExitGuard:
         _run_exit_hooks()
         pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
         cls.groups.clear()
+
+
+def _let_go_of_the_uncaught_exception() -> None:
+    """Drop what Python keeps of the exception that ended the script (``sys.last_value`` and
+    its kin, set once the traceback is printed, kept until finalization): its traceback holds
+    the frames it passed through, and a collective it interrupted (Ctrl-C in a barrier, a
+    gather) holds the work it launched in a local of those frames. Nothing else would free that
+    work before finalization, and `pending_work` would wait out `EXIT_WAIT` twice for it (21 s
+    from Ctrl-C to the end). Freed here, the work's last owner is the communication thread,
+    which drops it as the peers leave, or this thread, now, while the interpreter is whole."""
+    for name in ("last_exc", "last_type", "last_value", "last_traceback"):
+        with contextlib.suppress(AttributeError):
+            delattr(sys, name)
+    if pending_work.in_flight():
+        gc.collect()  # a frame of the traceback in a cycle (an exception kept in a local)
 
 
 def _wait_for_keys(store: dist.Store, keys: list[str]) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from accelify.runtime.launch import forking
+from accelify.runtime.launch import forking, leftovers
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -137,7 +137,8 @@ class ForkServer:
 
     def __init__(self) -> None:
         self.environment = dict(START_ENVIRONMENT)
-        self.folder = tempfile.mkdtemp(prefix="accelify-forks-")
+        leftovers.sweep()  # what test processes killed before their exit handlers left
+        self.folder = tempfile.mkdtemp(prefix=leftovers.prefix("forks"))
         self.path = os.path.join(self.folder, "socket")
         self.process = subprocess.Popen(
             [sys.executable, str(FORK_SERVER), self.path],

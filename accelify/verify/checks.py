@@ -271,9 +271,9 @@ def _ungathered_evaluations(
     """Passes with no backward over a loader that is sharded here (fewer batches per rank than
     the same pass on one process) that gather and reduce nothing: their metrics cover a shard.
     And passes with no backward over a loader that is not sharded (every batch on every rank,
-    where a prepared loader would give each fewer) that gather: the gather joins one copy of
-    every sample per rank. A pass at one of ``caches`` fills a per-rank cache for training: no
-    metric."""
+    where a prepared loader would give each fewer) that gather before the function that runs
+    the loop returns: the gather joins one copy of every sample per rank. A pass at one of
+    ``caches`` fills a per-rank cache for training: no metric."""
     if not run.passes or not single.passes:
         return []
     problems = []
@@ -297,6 +297,8 @@ def _ungathered_evaluations(
             break
         # 2 batches or more: a prepared loader on 2 ranks or more gives each rank fewer
         whole_everywhere = run.processes > 1 and loader_pass.batches == whole.batches >= 2
+        # only the gathers made before the loop's function returned: its caller may gather
+        # something else afterwards (the training loss, once ``evaluate()`` has returned)
         if whole_everywhere and loader_pass.backward == 0 and loader_pass.gathers > 0:
             problems.append(
                 f"the evaluation loop at {loader_pass.where} runs over all "

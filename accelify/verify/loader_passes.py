@@ -10,7 +10,14 @@ conversion must keep (`learning_rates`).
 
 Collectives are counted at torch.distributed's Python entry points, which accelify's runtime,
 Hugging Face Accelerate and hand-written code all go through; those made while the script is on
-a ``for`` line belong to the loader itself (shard bookkeeping), not to the metric."""
+a ``for`` line belong to the loader itself (shard bookkeeping), not to the metric.
+
+Two windows: every collective up to the next pass (what may have gathered the pass's values:
+an ``evaluate()`` that returns its predictions for the caller to gather), and the gathers made
+while the function that runs the loop has not returned (``gathers``: surely the pass's own).
+A pass that gathers nothing is told by the first; a whole loader's pass whose gather joins one
+copy per rank by the second, so that a gather its caller makes afterwards of something else (the
+training loss, summed over the ranks once ``evaluate()`` returned) is not taken for its own."""
 
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ import json
 import linecache
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -56,31 +64,29 @@ class _CountingIterator:
         return getattr(self._inner, name)
 
 
-#: Where a pass is: the file (as its code object names it) and the line, or None outside the
-#: project's files.
-Place = tuple[str, int] | None
-
-
 class LoaderPasses:
     def __init__(
         self,
         script: str,
-        place: Callable[[], Place],
+        place: Callable[[], FrameType | None],
         optimizers: Callable[[], list[dict[str, Any]]] = list,
         label: Callable[[str], str] = lambda file: "",
     ) -> None:
-        """``place``: the project's innermost frame running now; ``label``: how a pass's file
-        is named in the records ("" for the script itself)."""
+        """``place``: the project's innermost frame running now (None outside the project's
+        files); ``label``: how a pass's file is named in the records ("" for the script
+        itself)."""
         self.script = script
         self.place = place
         self.label = label
         self.optimizers = optimizers
         self.backward = 0
         self.collectives = 0
-        self.gathers = 0
         self.passes: list[dict[str, Any]] = []
         #: the passes whose window is open: one, or the loaders one ``for`` line reads together
         self._open: list[dict[str, Any]] = []
+        #: the frame that runs the open passes' loop, until a collective is made outside it
+        #: (it returned): held only while its passes are open
+        self._scope: FrameType | None = None
 
     def install(self) -> None:
         loader_iter = torch.utils.data.DataLoader.__iter__
@@ -99,29 +105,46 @@ class LoaderPasses:
 
     def _counted(self, entry: Callable[..., Any], gathers: bool) -> Callable[..., Any]:
         def collective(*args: Any, **kwargs: Any) -> Any:
-            place = self.place()
-            if place is not None and not self._is_for_line(place):
+            frame = self.place()
+            if frame is not None and not _is_for_line(frame):
                 self.collectives += 1
-                self.gathers += gathers
+                if gathers and self._open and self._in_scope(frame):
+                    for record in self._open:
+                        record["gathers"] += 1
             return entry(*args, **kwargs)
 
         return collective
 
-    def start(self, place: Place) -> dict[str, Any] | None:
-        if place is None or not self._is_for_line(place):
+    def _in_scope(self, frame: FrameType) -> bool:
+        """Whether ``frame`` runs inside the open pass's loop's frame (that frame itself, or a
+        function it called). Once a collective is made outside it, it has returned (or, a
+        generator's, yielded to its caller): it is let go of, and nothing after counts."""
+        if self._scope is None:
+            return False
+        caller: FrameType | None = frame
+        while caller is not None:
+            if caller is self._scope:
+                return True
+            caller = caller.f_back
+        self._scope = None
+        return False
+
+    def start(self, frame: FrameType | None) -> dict[str, Any] | None:
+        if frame is None or not _is_for_line(frame):
             return None  # ``next(iter(loader))`` peeks at a batch: not a pass
         record = {
-            "line": place[1],
-            "module": self.label(place[0]),
+            "line": frame.f_lineno,
+            "module": self.label(frame.f_code.co_filename),
             "batches": 0,
             "backward": self.backward,
             "collectives": self.collectives,
-            "gathers": self.gathers,
+            "gathers": 0,
             "optimizers": self.optimizers(),
         }
         if not self._read_together(record):
             self.close_last()
         self._open.append(record)
+        self._scope = frame
         self.passes.append(record)
         return record
 
@@ -140,12 +163,14 @@ class LoaderPasses:
         for record in self._open:
             record["backward"] = self.backward - record["backward"]
             record["collectives"] = self.collectives - record["collectives"]
-            record["gathers"] = self.gathers - record["gathers"]
         self._open = []
+        self._scope = None
 
     def write(self, path: Path) -> None:
         self.close_last()
         path.write_text(json.dumps(self.passes), encoding="utf-8")
 
-    def _is_for_line(self, place: tuple[str, int]) -> bool:
-        return linecache.getline(*place).lstrip().startswith(("for ", "async for "))
+
+def _is_for_line(frame: FrameType) -> bool:
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    return line.lstrip().startswith(("for ", "async for "))

@@ -126,9 +126,9 @@ class Probe:
             frame = frame.f_back
         return None
 
-    def _project_place(self) -> tuple[str, int] | None:
-        """The file and line of the project that is running now: the innermost frame in the
-        script or in a module of its project (`in_project`)."""
+    def _project_place(self) -> FrameType | None:
+        """The frame of the project that is running now: the innermost one in the script or in
+        a module of its project (`in_project`)."""
         frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             name = frame.f_code.co_filename
@@ -136,7 +136,7 @@ class Probe:
             if inside is None:
                 inside = self._in_project[name] = in_project(name, self.folder)
             if inside:
-                return name, frame.f_lineno
+                return frame
             frame = frame.f_back
         return None
 

@@ -50,7 +50,9 @@ class LoaderPass:
     backward: int
     collectives: int
     optimizers: tuple[OptimizerAtPass, ...] = ()
-    gathers: int = 0  # of the collectives, those that join every rank's values (all_gather)
+    #: of the collectives, those that join every rank's values (all_gather) made before the
+    #: function that runs the loop returned: surely the pass's own (`loader_passes`)
+    gathers: int = 0
     #: the module of the project the loop is in, relative to the script's folder
     #: (``src/engine.py``); "" for the script itself
     module: str = ""

@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 from accelify.errors import UserError
 from accelify.runtime import options as backend_options
 from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS, LaunchSettings
-from accelify.runtime.launch import foreign_accelerator, rank_start, slurm
+from accelify.runtime.launch import foreign_accelerator, leftovers, rank_start, slurm
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
 from accelify.runtime.launch.watch import Watcher
@@ -324,11 +325,12 @@ def _findable(name: str, script: Path) -> bool:
 
 def launch(plan: LaunchPlan) -> int:
     """Run the plan; returns the exit code (the failed rank's, 128 + N for signal N, or 0)."""
-    import torch
-    from torch.distributed import DistNetworkError
-    from torch.distributed import run as torchrun
-    from torch.distributed.elastic.multiprocessing import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    with _stopped_at_once():
+        import torch
+        from torch.distributed import DistNetworkError
+        from torch.distributed import run as torchrun
+        from torch.distributed.elastic.multiprocessing import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     cuda_available = torch.cuda.is_available()
     check(plan, cuda_available)
@@ -345,10 +347,11 @@ def launch(plan: LaunchPlan) -> int:
         threads = max(_usable_cores() // max(local, 1), 1)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     _quiet_agent_warnings()
+    leftovers.sweep()  # what launchers killed by SIGKILL left in the temporary folder
     with (
         contextlib.ExitStack() as stack,
         rendezvous_port(plan.config) as port,
-        tempfile.TemporaryDirectory(prefix="accelify-launch-") as records,
+        tempfile.TemporaryDirectory(prefix=leftovers.prefix("launch")) as records,
     ):
         os.environ[FAILURE_DIR] = records
         client = stack.enter_context(_rank_start(plan, processes))
@@ -384,6 +387,36 @@ def launch(plan: LaunchPlan) -> int:
             watcher.stop()
     print(text, file=sys.stderr)
     return code
+
+
+@contextlib.contextmanager
+def _stopped_at_once() -> Iterator[None]:
+    """Ctrl-C or SIGTERM while torch is imported ends the launcher there and then: nothing has
+    started yet (no template, no rank, no port). A KeyboardInterrupt raised inside that import
+    was caught by the import's own ``try``s (numpy's, torch's optional modules'): the launcher
+    then went on and ran the whole script (2 of 4 Ctrl-Cs sent 1 s after the start), or failed
+    with "cannot load module more than once". Held back until the import ends instead, the stop
+    took as long as the import (5-9 s on a loaded machine)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.getsignal(signum) for signum in stops}
+    for signum in stops:
+        signal.signal(signum, _end_before_any_rank)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _end_before_any_rank(signum: int, _frame: object) -> None:
+    text, code = launch_outcome.stopped_before_any_rank(signum)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def _usable_cores() -> int:

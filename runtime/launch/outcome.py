@@ -450,6 +450,11 @@ def stopped(signum: int) -> tuple[str, int]:
     return f"{PREFIX} stopped by {_signal_name(signum)}; every rank was stopped", 128 + signum
 
 
+def stopped_before_any_rank(signum: int) -> tuple[str, int]:
+    """Ctrl-C or SIGTERM of the launcher before it started any rank."""
+    return f"{PREFIX} stopped by {_signal_name(signum)} before any rank started", 128 + signum
+
+
 def _at(failure: Failure) -> str:
     """`` at train.py:8 (`print(model(x))`)``: where in the user's code the rank raised."""
     file, _, line = failure.where.rpartition(":")

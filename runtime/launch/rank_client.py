@@ -12,22 +12,18 @@ read as torch starts) or cannot be reached, this process becomes the rank itself
 ``python -u -m accelify.runtime.rank_entry RANK_ARGS``: today's fresh start, the command torchrun
 runs with ``--module``.
 
+A signal that comes before the rank is forked (Ctrl-C in the first seconds of a launch, while
+the template still imports torch) ends this process at once, as it would have ended a rank that
+had not yet set a handler of its own: no KeyboardInterrupt traceback from here, and no rank
+forked for a client that is gone (the template drops its request: `rank_template`).
+
 Standard library only, started without ``site``: it costs a few milliseconds, not torch's import.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import resource
 import signal
-import socket
-import sys
 
-#: The module a fresh rank starts with (`accelify.runtime.rank_entry`; kept here as text: this
-#: file imports nothing of accelify).
-RANK_ENTRY = "accelify.runtime.rank_entry"
 #: The signals passed on to the rank: those the agent and a user send to stop a run, and the
 #: ones a script may handle itself.
 RELAYED = (
@@ -38,15 +34,57 @@ RELAYED = (
     signal.SIGUSR1,
     signal.SIGUSR2,
 )
+#: The signals that came while this module was imported, before `main` can act on them
+_EARLY: list[int] = []
+for _signum in RELAYED:  # first thing: Python's own SIGINT handler would raise in an import
+    signal.signal(_signum, lambda signum, _frame: _EARLY.append(signum))
+
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+
+#: The module a fresh rank starts with (`accelify.runtime.rank_entry`; kept here as text: this
+#: file imports nothing of accelify).
+RANK_ENTRY = "accelify.runtime.rank_entry"
+#: The connection on which the template forked the rank, once it has: signals go there
+_FORKED: list[socket.socket] = []
+#: The signal that stopped this process before the rank was forked
+_STOPPED: list[int] = []
+
+
+class _Stopped(BaseException):
+    """A relayed signal came before the rank was forked."""
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    """Pass the signal on to the rank, once forked; before, stop (once: a second signal while
+    this process ends is let go)."""
+    if _FORKED:
+        with contextlib.suppress(OSError):  # the template is gone: `_line` sees it
+            _FORKED[0].sendall(f"signal {signum}\n".encode())
+    elif not _STOPPED:
+        _STOPPED.append(signum)
+        raise _Stopped
 
 
 def main(arguments: list[str]) -> None:
     path, rank_arguments = arguments[0], arguments[1:]
-    connection = _ask(path, rank_arguments)
-    if connection is None:
-        _fresh(rank_arguments)
-    code = _relay(connection)
-    _exit_as(code)
+    try:
+        for signum in RELAYED:
+            signal.signal(signum, _on_signal)
+        if _EARLY:
+            _on_signal(_EARLY[0], None)
+        connection = _ask(path, rank_arguments)
+        if connection is None:
+            _fresh(rank_arguments)  # its handlers are Python's own from its start
+    except _Stopped:
+        # the connection closes as this process ends: the template drops the request, or
+        # kills the rank it forked just as the signal came (a client gone takes its rank)
+        _exit_as(-_STOPPED[0])
+    _exit_as(_relay(connection))
 
 
 def _ask(path: str, rank_arguments: list[str]) -> socket.socket | None:
@@ -69,6 +107,7 @@ def _ask(path: str, rank_arguments: list[str]) -> socket.socket | None:
     if not answer.startswith("started "):
         connection.close()  # refused (or the template is gone): the rank was never forked
         return None
+    _FORKED.append(connection)
     return connection
 
 
@@ -89,15 +128,9 @@ def _fresh(rank_arguments: list[str]) -> None:
 
 
 def _relay(connection: socket.socket) -> int:
-    """Pass signals on until the template says the rank ended; its code as
-    `subprocess.Popen.returncode`. The template ending first (killed) ends the rank as SIGKILL."""
-
-    def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(OSError):  # the template is gone: `_line` sees it
-            connection.sendall(f"signal {signum}\n".encode())
-
-    for signum in RELAYED:
-        signal.signal(signum, forward)
+    """Wait, passing signals on (`_on_signal`), until the template says the rank ended; its
+    code as `subprocess.Popen.returncode`. The template ending first (killed) ends the rank as
+    SIGKILL."""
     while True:
         try:
             answer = _line(connection)

@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from accelify.runtime.launch import forking, main_module
+from accelify.runtime.launch import forking, leftovers, main_module
 
 #: Set to 1 to start every rank fresh (no template)
 FRESH_RANKS = "ACCELIFY_FRESH_RANKS"
@@ -40,8 +40,12 @@ RANK_ENTRY = "accelify.runtime.rank_entry"
 #: The packages a fresh rank has imported with its entry before it looks a ``-m`` module up
 ENTRY_PACKAGES = main_module.entry_packages(RANK_ENTRY)
 CLIENT = Path(__file__).with_name("rank_client.py")
-#: How long the launcher waits for the template to end after the last rank
-CLOSE_WAIT = 30
+#: How long the launcher waits for the template to end after the last rank before it kills
+#: it. By then every client has ended, and with it its rank (a client that goes takes its rank
+#: with it): what is left is the template's own end, a moment, or its import of torch when the
+#: run was stopped in its first seconds, which held a Ctrl-C's end back by as long (5-12 s
+#: on a loaded machine). Killed, it has nothing left to lose.
+CLOSE_WAIT = 1
 
 
 def fresh_reason(
@@ -88,7 +92,7 @@ def template(environment: dict[str, str]) -> Iterator[list[str] | None]:
     arguments (None: the template could not start, the ranks start fresh). The socket is bound
     here, before the template starts: a client that connects while the template still imports
     torch waits in the listen queue. The template ends when its stdin closes, after its ranks."""
-    with tempfile.TemporaryDirectory(prefix="accelify-ranks-") as folder:
+    with tempfile.TemporaryDirectory(prefix=leftovers.prefix("ranks")) as folder:
         path = os.path.join(folder, "socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import signal
 import socket
@@ -200,6 +201,8 @@ def _serve(listener: socket.socket, template: _Template) -> dict:
             elif key.data == "accept":
                 connection, _ = listener.accept()
                 request, fds = forking.receive(connection, MAX_FDS)
+                if request is not None and _gone(connection):
+                    request = None  # its client was stopped as it waited: no rank to fork
                 why = None if request is None else refusal(request, template)
                 if request is None or why is not None:
                     forking.send(connection, f"refused {why}\n")
@@ -233,6 +236,16 @@ def _serve(listener: socket.socket, template: _Template) -> dict:
             forking.send(connection, f"ended {code}\n")
             connection.close()
     os._exit(0)
+
+
+def _gone(connection: socket.socket) -> bool:
+    """Whether the client has closed its end: a client stopped by a signal while this process
+    still imported torch leaves its request in the queue, and exits at once."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and not connection.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return True
 
 
 def _from_client(

@@ -1,0 +1,167 @@
+"""Ctrl-C and the launcher's other stops end a run at once, quietly, and leave nothing behind:
+with the ranks inside a collective, in the first seconds of a launch, on forked and fresh ranks
+alike (issue 20)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from accelify.runtime import collective_record
+from accelify.runtime.collective_record import IN_COLLECTIVE
+from accelify.runtime.environment import FAILURE_DIR
+from accelify.runtime.launch import leftovers
+from accelify.runtime.state import _ExitGuard
+from conftest import _kill_group, start
+
+#: Rank 1 sleeps while rank 0 waits for it in a barrier.
+WAITS_IN_A_BARRIER = textwrap.dedent(
+    f"""
+    import os
+    import time
+    import torch
+    from torch import nn
+    from accelify import Accelerator
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(nn.Linear(4, 1))
+    accelerator.backward(model(torch.randn(2, 4)).sum())
+    accelerator.print("RECORDS", os.environ["{FAILURE_DIR}"], flush=True)
+    if accelerator.process_index == 1:
+        time.sleep(600)
+    accelerator.wait_for_everyone()
+    """
+)
+
+FRESH = pytest.mark.parametrize("fresh", ["0", "1"], ids=["forked", "fresh"])
+
+
+def _environment(fresh: str) -> dict[str, str]:
+    return {**os.environ, "ACCELIFY_FRESH_RANKS": fresh}
+
+
+def _wait_in_a_collective(records: Path, rank: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        record = collective_record.read(records, rank)
+        if record is not None and record.state == IN_COLLECTIVE:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"rank {rank} never entered its collective")
+
+
+@pytest.mark.distributed
+@FRESH
+def test_ctrl_c_while_a_rank_waits_in_a_collective_ends_the_run_at_once(
+    fresh: str, tmp_path: Path
+) -> None:
+    """The interrupted barrier's work stayed held by the traceback Python keeps of the
+    KeyboardInterrupt (``sys.last_value``) until finalization, and the exit guard waited
+    `_ExitGuard.EXIT_WAIT` twice for it: 21 s from Ctrl-C to the end. Any one such wait would
+    reach the bound below; the run itself ends in about a second."""
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS_IN_A_BARRIER)
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = start(command, cwd=tmp_path, env=_environment(fresh))
+    try:
+        word, records = process.stdout.readline().split()
+        assert word == "RECORDS"
+        attempt = collective_record.attempt_directory(Path(records), 0)
+        _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
+        interrupted = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: the launcher's group
+        _, stderr = process.communicate(timeout=120)
+        took = time.monotonic() - interrupted
+    finally:
+        _kill_group(process.pid)
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "accelify launch: stopped by SIGINT; every rank was stopped"
+    ), stderr
+    assert "Traceback" not in stderr, stderr
+    assert took < _ExitGuard.EXIT_WAIT.total_seconds(), (took, stderr)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("after", [1, 2, 4])
+def test_ctrl_c_in_the_first_seconds_of_a_launch_ends_it_quietly_and_at_once(
+    after: float, tmp_path: Path
+) -> None:
+    """Ctrl-C as the launcher imports torch, as the template does (each rank's client waits for
+    its fork) or as the ranks start: exit 130 at once, and no traceback. Before, a client
+    waiting for its fork printed KeyboardInterrupt's traceback and the launcher waited for the
+    template to finish importing torch (10.8 s after a Ctrl-C at 4 s), and a KeyboardInterrupt
+    inside the launcher's own import of torch was caught by the import's ``try``s: the launcher
+    went on and ran the script to its end."""
+    script = tmp_path / "sleeps.py"
+    script.write_text("import time\nimport torch\n\ntime.sleep(120)\n")
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = start(command, cwd=tmp_path, env=_environment("0"))
+    try:
+        time.sleep(after)
+        interrupted = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+        took = time.monotonic() - interrupted
+    finally:
+        _kill_group(process.pid)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("accelify launch: stopped by SIGINT"), stderr
+    assert took < 5, (took, stderr)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_launch_stopped_by_a_signal_leaves_nothing_in_the_temporary_folder(
+    signum: int, tmp_path: Path
+) -> None:
+    """The records folder (each rank's state and stack files) and the template's socket go with
+    the run, however the launcher is stopped but SIGKILL."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS_IN_A_BARRIER)
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = start(command, cwd=tmp_path, env={**_environment("0"), "TMPDIR": str(temporary)})
+    try:
+        _, records = process.stdout.readline().split()
+        assert Path(records).parent == temporary
+        attempt = collective_record.attempt_directory(Path(records), 0)
+        _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
+        os.kill(process.pid, signum)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        _kill_group(process.pid)
+    assert process.returncode == 128 + signum, stderr
+    assert [p.name for p in temporary.iterdir() if p.name.startswith("accelify-")] == []
+
+
+def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path: Path) -> None:
+    """A launcher killed by SIGKILL leaves its folders; the next launch removes those, and
+    never a live launcher's, another PID namespace's, another kind's or a file."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    gone = leftovers.prefix("launch").replace(f"-{os.getpid()}-", f"-{child.pid}-")
+    namespace = gone.split("-")[2]
+    names = {
+        "gone": gone + "abc",
+        "gone_ranks": gone.replace("-launch-", "-ranks-") + "abc",
+        "live": leftovers.prefix("launch") + "abc",
+        "other_namespace": gone.replace(f"-{namespace}-", "-1-") + "abc",
+        "other_kind": gone.replace("-launch-", "-other-") + "abc",
+    }
+    for name in names.values():
+        (tmp_path / name / "0").mkdir(parents=True)
+        (tmp_path / name / "0" / "1.state").write_bytes(b"")
+    (tmp_path / (gone + "file")).write_text("")
+    removed = leftovers.sweep(str(tmp_path))
+    assert sorted(p.name for p in removed) == sorted([names["gone"], names["gone_ranks"]])
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {names["live"], names["other_namespace"], names["other_kind"], gone + "file"}
