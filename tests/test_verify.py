@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -469,11 +471,18 @@ def test_loaders_zipped_on_one_for_line_share_the_steps_backward(tmp_path: Path)
 
     script = tmp_path / "train.py"
     script.write_text("for a, b in zip(loader_a, loader_b):\n    pass\nfor x in val:\n")
-    passes = LoaderPasses(str(script), place=lambda: (str(script), 1))
-    first, second = passes.start((str(script), 1)), passes.start((str(script), 1))
+
+    def frame(line: int) -> Any:  # what the pass reads of a frame: its file and line
+        return SimpleNamespace(
+            f_code=SimpleNamespace(co_filename=str(script)), f_lineno=line, f_back=None
+        )
+
+    loop = frame(1)
+    passes = LoaderPasses(str(script), place=lambda: loop)
+    first, second = passes.start(loop), passes.start(loop)
     assert first is not None and second is not None
     first["batches"], second["batches"] = 2, 2
     passes.backward += 2
-    passes.start((str(script), 3))  # the evaluation after the loop closes the shared window
+    passes.start(frame(3))  # the evaluation after the loop closes the shared window
     passes.close_last()
     assert [p["backward"] for p in passes.passes] == [2, 2, 0]
