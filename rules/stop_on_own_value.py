@@ -3,7 +3,9 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.collectives import (
+    BROADCASTING_METHODS,
     agreed_in_place,
+    agrees_across_ranks,
     backends_in_view,
     collective_backends,
     read_outside_agreement,
@@ -744,6 +746,20 @@ class StopOnOwnValue(Rule):
             "        break\n    if accelerator",
             "        accelerator.set_trigger()\n    if accelerator",
         ),
+        # ... or gathered in the test itself, or rank 0's answer handed to every rank
+        # (review11b): every rank decides alike
+        _STOP_FILE.format(
+            probe="accelerator.gather(torch.tensor([os.path.exists('STOP')])).any()", after=""
+        ),
+        _STOP_FILE.format(probe="stop[0]", after="")
+        .replace(
+            "    if stop[0]:",
+            "    stop = [os.path.exists('STOP')]\n    broadcast_object_list(stop)\n    if stop[0]:",
+        )
+        .replace(
+            "import os\n",
+            "import os\nimport torch\nfrom accelerate.utils import broadcast_object_list\n",
+        ),
         # a loop of plain work that skips what is done already: no collective waits after it
         HEADER
         + "import os\nimport torch\n"
@@ -995,7 +1011,7 @@ class StopOnOwnValue(Rule):
                         message=_shard_message(script, decided, test, leaves, waiting, accelerator),
                     )
                     continue
-                probe = _polled_file(script, test)
+                probe = _polled_file(script, test, loop)
                 if probe is not None:
                     asked = script.module.code_for_node(probe.func)
                     yield self.finding(
@@ -1396,16 +1412,22 @@ _FILE_PROBES = frozenset(
 _PROBING_METHODS = frozenset({"exists", "is_file"})
 
 
-def _polled_file(script: ScriptModel, test: cst.If) -> cst.Call | None:
+def _polled_file(script: ScriptModel, test: cst.If, loop: cst.For) -> cst.Call | None:
     """The call in ``test``'s condition, or in the value of a name it reads as last bound above
     it (``stop = os.path.exists("STOP")``), that asks the file system whether a file is there
     (``os.path.exists``, ``Path("STOP").exists()``): each rank asks when it gets there, so a
-    file made between two ranks' questions is seen by one of them only."""
+    file made between two ranks' questions is seen by one of them only. Not when a collective
+    made the answer every rank's first (``accelerator.gather(...)`` around it in the test, or
+    ``broadcast_object_list(stop)`` in the loop): the ranks then decide alike."""
+    if agrees(script, test.test):
+        return None
     places: list[cst.CSTNode] = [test.test]
     for name in {n.value for n in walk(test.test) if isinstance(n, cst.Name)}:
         binding = last_binding(script, name, test)
         value = getattr(binding, "value", None)
         if isinstance(binding, cst.Assign) and value is not None:
+            if agrees(script, value) or _handed_to_a_broadcast(script, name, loop):
+                continue
             places.append(value)
     for place in places:
         for node in walk(place):
@@ -1422,6 +1444,24 @@ def _polled_file(script: ScriptModel, test: cst.If) -> cst.Call | None:
             ):
                 return node
     return None
+
+
+def _handed_to_a_broadcast(script: ScriptModel, name: str, loop: cst.For) -> bool:
+    """``name`` (or an item of it) is the first argument of a call in ``loop`` that writes every
+    rank's agreed value into it: ``dist.all_reduce(flag)``, ``broadcast_object_list(stop)``
+    (the list every rank passes gets rank 0's items)."""
+    if _agreed_in_place(script, name, loop):
+        return True
+    for call in walk(loop.body):
+        if not isinstance(call, cst.Call) or not agrees_across_ranks(script, call):
+            continue
+        called = dotted(call.func) or ""
+        if called.rsplit(".", 1)[-1] not in BROADCASTING_METHODS:
+            continue  # ``accelerator.gather(flag)`` hands back a new value, ``flag`` stays
+        first = next((a for a in call.args if a.keyword is None and not a.star), None)
+        if first is not None and isinstance(first.value, cst.Name) and first.value.value == name:
+            return True
+    return False
 
 
 def _test_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> cst.If | None:
