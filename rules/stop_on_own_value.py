@@ -760,6 +760,19 @@ class StopOnOwnValue(Rule):
             "import os\n",
             "import os\nimport torch\nfrom accelerate.utils import broadcast_object_list\n",
         ),
+        # an epoch an earlier run finished, skipped by its own checkpoint's name: a file there
+        # before the run, the same answer on every rank (review11b)
+        HEADER
+        + "import os\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for epoch in range(100):\n"
+        + "    if os.path.exists(f'ckpt_{epoch}'):\n"
+        + "        continue\n"
+        + "    for batch in loader:\n"
+        + "        accelerator.backward(model(batch).mean())\n"
+        + "        optimizer.step()\n"
+        + "        optimizer.zero_grad()\n"
+        + "    accelerator.save_state(f'ckpt_{epoch}')\n",
         # a loop of plain work that skips what is done already: no collective waits after it
         HEADER
         + "import os\nimport torch\n"
@@ -1433,17 +1446,36 @@ def _polled_file(script: ScriptModel, test: cst.If, loop: cst.For) -> cst.Call |
         for node in walk(place):
             if not isinstance(node, cst.Call):
                 continue
-            if script.call_names(node) & _FILE_PROBES:
-                return node
             func = node.func
-            if (
+            probes = bool(script.call_names(node) & _FILE_PROBES) or (
                 isinstance(func, cst.Attribute)
                 and func.attr.value in _PROBING_METHODS
                 and isinstance(func.value, cst.Call)
-                and script.call_names(func.value) & {"pathlib.Path"}
-            ):
+                and bool(script.call_names(func.value) & {"pathlib.Path"})
+            )
+            if probes and not _names_a_file_per_pass(script, node, test):
                 return node
     return None
+
+
+def _names_a_file_per_pass(script: ScriptModel, probe: cst.Call, test: cst.If) -> bool:
+    """The path ``probe`` asks about reads the target of a loop around ``test``, itself or
+    through the name it was bound to (``os.path.exists(f"ckpt_{epoch}.pt")``: ``continue`` past
+    an epoch an earlier run finished): a file of that pass, there before the run, not a flag
+    file made while it runs that the ranks may see at different moments (review11b)."""
+    targets = {
+        name
+        for ancestor in script.ancestors(test)
+        if isinstance(ancestor, cst.For)
+        for name in variables_in(script, ancestor.target)
+    }
+    read = variables_in(script, probe)
+    for name in list(read):
+        binding = last_binding(script, name, test)
+        value = getattr(binding, "value", None)
+        if isinstance(binding, cst.Assign) and value is not None:
+            read |= variables_in(script, value)
+    return bool(read & targets)
 
 
 def _handed_to_a_broadcast(script: ScriptModel, name: str, loop: cst.For) -> bool:
