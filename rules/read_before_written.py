@@ -454,6 +454,19 @@ class ReadBeforeWritten(Rule):
             6,
             13,
         ),
+        # ... called by every rank and by the main process alone: the wait belongs outside it
+        # (review11b; a barrier inside would wait alone in the main-only call)
+        Example(
+            HEADER
+            + "import torch\n\n\ndef save_and_reload(model, path):\n"
+            + "    accelerator.save_model(model, path)\n"
+            + "    return torch.load(path + '/pytorch_model.bin')\n\n\n"
+            + "state = save_and_reload(model, 'last')\n"
+            + "if accelerator.is_main_process:\n"
+            + "    best = save_and_reload(model, 'best')\n",
+            8,
+            12,
+        ),
         # a helper saves the model into a folder and reads its weights file back at once
         Example(
             HEADER
@@ -810,6 +823,8 @@ class ReadBeforeWritten(Rule):
                     f"on {accelerator}.device: {accelerator}.reduce(...), "
                     f"{accelerator}.gather(...))"
                 )
+            elif (split := _called_on_some_ranks_too(script, shared)) is not None:
+                message = split
             else:
                 message = (
                     f"Call {accelerator}.wait_for_everyone() before this read: the file is "
@@ -1160,6 +1175,34 @@ def _barriers_between(
         else:
             sometimes.append((call, branch))
     return always, sometimes
+
+
+def _called_on_some_ranks_too(script: ScriptModel, shared: SharedFile) -> str | None:
+    """The advice where the function that writes and reads the file is also called under a
+    rank test: a barrier inside it would wait alone in that call (hang), so the wait belongs
+    at the calls every rank makes, after a call that only writes (review11b: a helper that
+    saves the model and loads its weights file back, called by every rank and by the main
+    process alone, was told to wait inside)."""
+    function = script.index.enclosing_function(shared.read)
+    if function is None or script.index.enclosing_function(shared.write) is not function:
+        return None
+    sites = [site for site, _ in script.call_graph.calls_of(function)]
+    guarded = [site for site in sites if script.under_rank_guard(site)]
+    everyone = [site for site in sites if not script.under_rank_guard(site)]
+    if not guarded or not everyone:
+        return None
+    accelerator = accelerator_name(script, shared.read)
+    name = function.name.value
+    lines = ", ".join(str(script.line(site)) for site in everyone)
+    return (
+        f"Wait for the write before this read, outside {name}(): the file is written at line "
+        f"{script.line(shared.write)} on the main process only, and the other ranks read it "
+        "here without waiting (nothing there yet on a first run, or half of it); "
+        f"{name}() is also called on some ranks only (line {script.line(guarded[0])}), where "
+        f"{accelerator}.wait_for_everyone() inside it would wait alone (hang): have {name}() "
+        f"only write, and at the calls every rank makes (line {lines}) call "
+        f"{accelerator}.wait_for_everyone() after it, then read the file there"
+    )
 
 
 def _taken_on_the_first_pass(
