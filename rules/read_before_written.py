@@ -5,6 +5,7 @@ import libcst as cst
 from accelify.analysis.alike_tests import alike_by_its_callers
 from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.name_scopes import binding_spellings
 from accelify.analysis.process_count import several_processes
 from accelify.analysis.script_model import ScriptModel
@@ -513,6 +514,14 @@ class ReadBeforeWritten(Rule):
         ),
     )
     good = (
+        # ``path`` bound to another file between the write and the read (review11b)
+        HEADER
+        + "import torch\n"
+        + "path = 'stats.pt'\n"
+        + "if accelerator.is_main_process:\n"
+        + "    torch.save(stats, path)\n"
+        + "path = 'config.pt'\n"
+        + "config = torch.load(path)\n",
         # ... on even steps: step 0 waits, after the write and before any pass reads
         HEADER
         + "import torch\n"
@@ -771,6 +780,8 @@ class ReadBeforeWritten(Rule):
         yield from self._download_on_one_rank(script)
         facts = facts_of(script)
         for shared, guard in facts.shared_files.read_by_the_other_ranks:
+            if _path_rebound_between(script, shared):
+                continue
             arm = None  # the readers' own arm of the test that parts them from the writer
             if script.inside(shared.write, guard):
                 arm = guard.body if script.inside(shared.read, guard.body) else guard.orelse
@@ -798,6 +809,8 @@ class ReadBeforeWritten(Rule):
                 ),
             )
         for shared in facts.shared_files.written_by_one_rank_read_by_all:
+            if _path_rebound_between(script, shared):
+                continue
             if shared.through is not None:
                 if not _ordered_across_calls(script, shared):
                     yield self._across_calls(script, shared)
@@ -1175,6 +1188,32 @@ def _barriers_between(
         else:
             sometimes.append((call, branch))
     return always, sometimes
+
+
+def _path_rebound_between(script: ScriptModel, shared: SharedFile) -> bool:
+    """The write's path is a name (``path``) that the read also reads, and the name was bound
+    to another value between them (``path = "stats.json"`` for the write, ``path =
+    "config.json"`` for the read): two files, though spelled alike (review11b: a script that
+    reuses ``path`` was told to wait for a write of another file)."""
+    path = shared.path
+    if not isinstance(path, cst.Name) or shared.through is not None:
+        return False
+    name = path.value
+    argument = next((a.value for a in shared.read.args if a.keyword is None and not a.star), None)
+    if argument is None:
+        return False
+    read_path = facts_of(script).shared_files.opened_path(argument)
+    if name not in variables_in(script, read_path):
+        return False
+    at_write = last_binding(script, name, shared.write)
+    at_read = last_binding(script, name, shared.read)
+    return (
+        isinstance(at_write, cst.Assign)
+        and isinstance(at_read, cst.Assign)
+        and at_write is not at_read
+        and script.module.code_for_node(at_write.value).strip()
+        != script.module.code_for_node(at_read.value).strip()
+    )
 
 
 def _called_on_some_ranks_too(script: ScriptModel, shared: SharedFile) -> str | None:
