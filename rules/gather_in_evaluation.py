@@ -181,7 +181,9 @@ class GatherInEvaluation(Rule):
     loop (not reported with ``even_batches`` turned off or a ``drop_last=True`` loader). The
     same again for per-sample values collected in a list over the loop (``preds.extend(...)``,
     ``eval_dict["is_correct"] += ok.tolist()``) and gathered once after it, as tensors or as
-    Python objects (``gather_object``, ``torch.distributed.all_gather_object``)."""
+    Python objects (``gather_object``, ``torch.distributed.all_gather_object``), unless the
+    gathered records are keyed by a field of each (``{r["id"]: r for r in records}``): the
+    repeats then land on their own key again."""
 
     code = "ACC404"
     name = "gather-in-evaluation"

@@ -441,7 +441,9 @@ class StopOnOwnValue(Rule):
     The same with a stop-flag file polled by every rank (``if os.path.exists("STOP"):
     break``, ``Path(...).exists()``): each rank asks the file system when it gets there, so a
     file made between two ranks' questions stops one of them a pass before the others (and a
-    machine without the shared folder never sees it); the trigger makes it one decision.
+    machine without the shared folder never sees it); the trigger makes it one decision. Not a
+    probe gathered or broadcast before the test, nor one of a file named by the loop's own
+    target (``if os.path.exists(f"ckpt_{epoch}"): continue``: an epoch an earlier run ended).
 
     A test of a counter, a setting, or of a value gathered or reduced over the ranks before the
     test (every rank holds it alike), a test under a rank guard (ACC210's), a ``continue`` with

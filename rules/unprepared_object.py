@@ -281,8 +281,10 @@ class UnpreparedObject(Rule):
     optimizer step (inside ``accumulate()``, under ``if accelerator.sync_gradients:``), a
     scheduler sized from the dataset's length in a file that splits a global batch over the
     processes by hand (``batch_size=cfg.batch_size // world_size``) and stepped once per
-    optimizer step, and a DataLoader rebuilt every step over the rollouts this rank just made
-    (``DataLoader(TensorDataset(*rollouts))`` in a helper the training loop calls) are left
+    optimizer step, a scheduler sized with a loader's ``len()`` divided by the process count
+    (each rank's own steps) and stepped once per optimizer step, and a DataLoader rebuilt
+    every step over the rollouts this rank just made (``DataLoader(TensorDataset(*rollouts))``
+    in a helper the training loop calls) are left
     alone: not preparing them is correct. A loader whose sampler's epoch the script sets
     (``loader.sampler.set_epoch(epoch)``) is taken as sharded by a DistributedSampler made
     where it is (a plain sampler has no ``set_epoch``), unless the file shows the sampler: one
