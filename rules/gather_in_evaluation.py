@@ -181,7 +181,9 @@ class GatherInEvaluation(Rule):
     loop (not reported with ``even_batches`` turned off or a ``drop_last=True`` loader). The
     same again for per-sample values collected in a list over the loop (``preds.extend(...)``,
     ``eval_dict["is_correct"] += ok.tolist()``) and gathered once after it, as tensors or as
-    Python objects (``gather_object``, ``torch.distributed.all_gather_object``)."""
+    Python objects (``gather_object``, ``torch.distributed.all_gather_object``), unless the
+    gathered records are keyed by a field of each (``{r["id"]: r for r in records}``): the
+    repeats then land on their own key again."""
 
     code = "ACC404"
     name = "gather-in-evaluation"
@@ -390,6 +392,20 @@ class GatherInEvaluation(Rule):
         ),
         # uneven last batches left uneven: nothing is repeated, gathering all of it is right
         _OBJECTS_GATHERED.format(settings="even_batches=False", gather=_GATHER_OBJECT),
+        # answer records gathered after the loop and keyed by their id: the repeated samples
+        # land on their own id again, and the answers are read by id (review11b)
+        "import json\nimport torch\nfrom accelerate.utils import gather_object\n"
+        + HEADER
+        + "model, loader = accelerator.prepare(model, loader)\n"
+        + "records = []\n"
+        + "with torch.no_grad():\n"
+        + "    for batch in loader:\n"
+        + "        for i, out in zip(batch['id'], model.generate(batch['input_ids'])):\n"
+        + "            records.append({'id': i, 'answer': tokenizer.decode(out)})\n"
+        + "records = gather_object(records)\n"
+        + "answers = {r['id']: r for r in records}\n"
+        + "if accelerator.is_main_process:\n"
+        + "    json.dump(list(answers.values()), open('answers.json', 'w'))\n",
         # accelerate.utils' gather_object function where no batch is padded
         "from accelerate.utils import gather_object\n"
         + _OBJECTS_GATHERED.format(
@@ -611,6 +627,9 @@ class GatherInEvaluation(Rule):
             gathers = _gathered_after(script, loop, collected)
             if not gathers:
                 continue
+            gathers = [call for call in gathers if not _keyed_by_sample(script, call)]
+            if not gathers:
+                continue
             call = gathers[0]  # one finding per loop: the fix is in the loop
             accelerator = accelerator_name(script, call)
             stays = (
@@ -717,6 +736,39 @@ def _gathered_below(
         caller = facts.placement.enclosing_function(statement)
         found += _gathered_below(script, caller, statement, {name}, depth - 1)
     return found
+
+
+def _keyed_by_sample(script: ScriptModel, call: cst.Call) -> bool:
+    """What ``call`` gathered is bound to a name (``records = gather_object(records)``) that a
+    dict comprehension below it, in the same function, keys by a field of each item (``{r["id"]:
+    r for r in records}``): the samples repeated to even out the last batches land on their
+    own key once more, and the rank-by-rank order is read back by key, not position
+    (review11b: an evaluation that writes its answers deduplicated by id)."""
+    statement = script.parent(call)
+    if not (
+        isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
+        return False
+    name = statement.targets[0].target.value
+    scope = facts_of(script).placement.enclosing_function(call)
+    body = scope.body if scope is not None else script.module
+    after = script.order(statement)
+    for node in walk(body):
+        if not isinstance(node, cst.DictComp) or script.order(node) <= after:
+            continue
+        loop = node.for_in
+        if (
+            loop.inner_for_in is None
+            and isinstance(loop.iter, cst.Name)
+            and loop.iter.value == name
+            and isinstance(loop.target, cst.Name)
+            and not isinstance(node.key, cst.Name)  # ``{r: ...}``: the item itself, no field
+            and loop.target.value in {n.value for n in walk(node.key) if isinstance(n, cst.Name)}
+        ):
+            return True
+    return False
 
 
 #: accelerate's own function behind ``accelerator.gather_object``.

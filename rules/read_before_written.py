@@ -5,6 +5,7 @@ import libcst as cst
 from accelify.analysis.alike_tests import alike_by_its_callers
 from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.name_scopes import binding_spellings
 from accelify.analysis.process_count import several_processes
 from accelify.analysis.script_model import ScriptModel
@@ -454,6 +455,19 @@ class ReadBeforeWritten(Rule):
             6,
             13,
         ),
+        # ... called by every rank and by the main process alone: the wait belongs outside it
+        # (review11b; a barrier inside would wait alone in the main-only call)
+        Example(
+            HEADER
+            + "import torch\n\n\ndef save_and_reload(model, path):\n"
+            + "    accelerator.save_model(model, path)\n"
+            + "    return torch.load(path + '/pytorch_model.bin')\n\n\n"
+            + "state = save_and_reload(model, 'last')\n"
+            + "if accelerator.is_main_process:\n"
+            + "    best = save_and_reload(model, 'best')\n",
+            8,
+            12,
+        ),
         # a helper saves the model into a folder and reads its weights file back at once
         Example(
             HEADER
@@ -500,6 +514,14 @@ class ReadBeforeWritten(Rule):
         ),
     )
     good = (
+        # ``path`` bound to another file between the write and the read (review11b)
+        HEADER
+        + "import torch\n"
+        + "path = 'stats.pt'\n"
+        + "if accelerator.is_main_process:\n"
+        + "    torch.save(stats, path)\n"
+        + "path = 'config.pt'\n"
+        + "config = torch.load(path)\n",
         # ... on even steps: step 0 waits, after the write and before any pass reads
         HEADER
         + "import torch\n"
@@ -758,6 +780,8 @@ class ReadBeforeWritten(Rule):
         yield from self._download_on_one_rank(script)
         facts = facts_of(script)
         for shared, guard in facts.shared_files.read_by_the_other_ranks:
+            if _path_rebound_between(script, shared):
+                continue
             arm = None  # the readers' own arm of the test that parts them from the writer
             if script.inside(shared.write, guard):
                 arm = guard.body if script.inside(shared.read, guard.body) else guard.orelse
@@ -785,6 +809,8 @@ class ReadBeforeWritten(Rule):
                 ),
             )
         for shared in facts.shared_files.written_by_one_rank_read_by_all:
+            if _path_rebound_between(script, shared):
+                continue
             if shared.through is not None:
                 if not _ordered_across_calls(script, shared):
                     yield self._across_calls(script, shared)
@@ -810,6 +836,8 @@ class ReadBeforeWritten(Rule):
                     f"on {accelerator}.device: {accelerator}.reduce(...), "
                     f"{accelerator}.gather(...))"
                 )
+            elif (split := _called_on_some_ranks_too(script, shared)) is not None:
+                message = split
             else:
                 message = (
                     f"Call {accelerator}.wait_for_everyone() before this read: the file is "
@@ -1160,6 +1188,60 @@ def _barriers_between(
         else:
             sometimes.append((call, branch))
     return always, sometimes
+
+
+def _path_rebound_between(script: ScriptModel, shared: SharedFile) -> bool:
+    """The write's path is a name (``path``) that the read also reads, and the name was bound
+    to another value between them (``path = "stats.json"`` for the write, ``path =
+    "config.json"`` for the read): two files, though spelled alike (review11b: a script that
+    reuses ``path`` was told to wait for a write of another file)."""
+    path = shared.path
+    if not isinstance(path, cst.Name) or shared.through is not None:
+        return False
+    name = path.value
+    argument = next((a.value for a in shared.read.args if a.keyword is None and not a.star), None)
+    if argument is None:
+        return False
+    read_path = facts_of(script).shared_files.opened_path(argument)
+    if name not in variables_in(script, read_path):
+        return False
+    at_write = last_binding(script, name, shared.write)
+    at_read = last_binding(script, name, shared.read)
+    return (
+        isinstance(at_write, cst.Assign)
+        and isinstance(at_read, cst.Assign)
+        and at_write is not at_read
+        and script.module.code_for_node(at_write.value).strip()
+        != script.module.code_for_node(at_read.value).strip()
+    )
+
+
+def _called_on_some_ranks_too(script: ScriptModel, shared: SharedFile) -> str | None:
+    """The advice where the function that writes and reads the file is also called under a
+    rank test: a barrier inside it would wait alone in that call (hang), so the wait belongs
+    at the calls every rank makes, after a call that only writes (review11b: a helper that
+    saves the model and loads its weights file back, called by every rank and by the main
+    process alone, was told to wait inside)."""
+    function = script.index.enclosing_function(shared.read)
+    if function is None or script.index.enclosing_function(shared.write) is not function:
+        return None
+    sites = [site for site, _ in script.call_graph.calls_of(function)]
+    guarded = [site for site in sites if script.under_rank_guard(site)]
+    everyone = [site for site in sites if not script.under_rank_guard(site)]
+    if not guarded or not everyone:
+        return None
+    accelerator = accelerator_name(script, shared.read)
+    name = function.name.value
+    lines = ", ".join(str(script.line(site)) for site in everyone)
+    return (
+        f"Wait for the write before this read, outside {name}(): the file is written at line "
+        f"{script.line(shared.write)} on the main process only, and the other ranks read it "
+        "here without waiting (nothing there yet on a first run, or half of it); "
+        f"{name}() is also called on some ranks only (line {script.line(guarded[0])}), where "
+        f"{accelerator}.wait_for_everyone() inside it would wait alone (hang): have {name}() "
+        f"only write, and at the calls every rank makes (line {lines}) call "
+        f"{accelerator}.wait_for_everyone() after it, then read the file there"
+    )
 
 
 def _taken_on_the_first_pass(

@@ -3,7 +3,9 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.collectives import (
+    BROADCASTING_METHODS,
     agreed_in_place,
+    agrees_across_ranks,
     backends_in_view,
     collective_backends,
     read_outside_agreement,
@@ -439,7 +441,9 @@ class StopOnOwnValue(Rule):
     The same with a stop-flag file polled by every rank (``if os.path.exists("STOP"):
     break``, ``Path(...).exists()``): each rank asks the file system when it gets there, so a
     file made between two ranks' questions stops one of them a pass before the others (and a
-    machine without the shared folder never sees it); the trigger makes it one decision.
+    machine without the shared folder never sees it); the trigger makes it one decision. Not a
+    probe gathered or broadcast before the test, nor one of a file named by the loop's own
+    target (``if os.path.exists(f"ckpt_{epoch}"): continue``: an epoch an earlier run ended).
 
     A test of a counter, a setting, or of a value gathered or reduced over the ranks before the
     test (every rank holds it alike), a test under a rank guard (ACC210's), a ``continue`` with
@@ -744,6 +748,33 @@ class StopOnOwnValue(Rule):
             "        break\n    if accelerator",
             "        accelerator.set_trigger()\n    if accelerator",
         ),
+        # ... or gathered in the test itself, or rank 0's answer handed to every rank
+        # (review11b): every rank decides alike
+        _STOP_FILE.format(
+            probe="accelerator.gather(torch.tensor([os.path.exists('STOP')])).any()", after=""
+        ),
+        _STOP_FILE.format(probe="stop[0]", after="")
+        .replace(
+            "    if stop[0]:",
+            "    stop = [os.path.exists('STOP')]\n    broadcast_object_list(stop)\n    if stop[0]:",
+        )
+        .replace(
+            "import os\n",
+            "import os\nimport torch\nfrom accelerate.utils import broadcast_object_list\n",
+        ),
+        # an epoch an earlier run finished, skipped by its own checkpoint's name: a file there
+        # before the run, the same answer on every rank (review11b)
+        HEADER
+        + "import os\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for epoch in range(100):\n"
+        + "    if os.path.exists(f'ckpt_{epoch}'):\n"
+        + "        continue\n"
+        + "    for batch in loader:\n"
+        + "        accelerator.backward(model(batch).mean())\n"
+        + "        optimizer.step()\n"
+        + "        optimizer.zero_grad()\n"
+        + "    accelerator.save_state(f'ckpt_{epoch}')\n",
         # a loop of plain work that skips what is done already: no collective waits after it
         HEADER
         + "import os\nimport torch\n"
@@ -995,7 +1026,7 @@ class StopOnOwnValue(Rule):
                         message=_shard_message(script, decided, test, leaves, waiting, accelerator),
                     )
                     continue
-                probe = _polled_file(script, test)
+                probe = _polled_file(script, test, loop)
                 if probe is not None:
                     asked = script.module.code_for_node(probe.func)
                     yield self.finding(
@@ -1396,32 +1427,75 @@ _FILE_PROBES = frozenset(
 _PROBING_METHODS = frozenset({"exists", "is_file"})
 
 
-def _polled_file(script: ScriptModel, test: cst.If) -> cst.Call | None:
+def _polled_file(script: ScriptModel, test: cst.If, loop: cst.For) -> cst.Call | None:
     """The call in ``test``'s condition, or in the value of a name it reads as last bound above
     it (``stop = os.path.exists("STOP")``), that asks the file system whether a file is there
     (``os.path.exists``, ``Path("STOP").exists()``): each rank asks when it gets there, so a
-    file made between two ranks' questions is seen by one of them only."""
+    file made between two ranks' questions is seen by one of them only. Not when a collective
+    made the answer every rank's first (``accelerator.gather(...)`` around it in the test, or
+    ``broadcast_object_list(stop)`` in the loop): the ranks then decide alike."""
+    if agrees(script, test.test):
+        return None
     places: list[cst.CSTNode] = [test.test]
     for name in {n.value for n in walk(test.test) if isinstance(n, cst.Name)}:
         binding = last_binding(script, name, test)
         value = getattr(binding, "value", None)
         if isinstance(binding, cst.Assign) and value is not None:
+            if agrees(script, value) or _handed_to_a_broadcast(script, name, loop):
+                continue
             places.append(value)
     for place in places:
         for node in walk(place):
             if not isinstance(node, cst.Call):
                 continue
-            if script.call_names(node) & _FILE_PROBES:
-                return node
             func = node.func
-            if (
+            probes = bool(script.call_names(node) & _FILE_PROBES) or (
                 isinstance(func, cst.Attribute)
                 and func.attr.value in _PROBING_METHODS
                 and isinstance(func.value, cst.Call)
-                and script.call_names(func.value) & {"pathlib.Path"}
-            ):
+                and bool(script.call_names(func.value) & {"pathlib.Path"})
+            )
+            if probes and not _names_a_file_per_pass(script, node, test):
                 return node
     return None
+
+
+def _names_a_file_per_pass(script: ScriptModel, probe: cst.Call, test: cst.If) -> bool:
+    """The path ``probe`` asks about reads the target of a loop around ``test``, itself or
+    through the name it was bound to (``os.path.exists(f"ckpt_{epoch}.pt")``: ``continue`` past
+    an epoch an earlier run finished): a file of that pass, there before the run, not a flag
+    file made while it runs that the ranks may see at different moments (review11b)."""
+    targets = {
+        name
+        for ancestor in script.ancestors(test)
+        if isinstance(ancestor, cst.For)
+        for name in variables_in(script, ancestor.target)
+    }
+    read = variables_in(script, probe)
+    for name in list(read):
+        binding = last_binding(script, name, test)
+        value = getattr(binding, "value", None)
+        if isinstance(binding, cst.Assign) and value is not None:
+            read |= variables_in(script, value)
+    return bool(read & targets)
+
+
+def _handed_to_a_broadcast(script: ScriptModel, name: str, loop: cst.For) -> bool:
+    """``name`` (or an item of it) is the first argument of a call in ``loop`` that writes every
+    rank's agreed value into it: ``dist.all_reduce(flag)``, ``broadcast_object_list(stop)``
+    (the list every rank passes gets rank 0's items)."""
+    if _agreed_in_place(script, name, loop):
+        return True
+    for call in walk(loop.body):
+        if not isinstance(call, cst.Call) or not agrees_across_ranks(script, call):
+            continue
+        called = dotted(call.func) or ""
+        if called.rsplit(".", 1)[-1] not in BROADCASTING_METHODS:
+            continue  # ``accelerator.gather(flag)`` hands back a new value, ``flag`` stays
+        first = next((a for a in call.args if a.keyword is None and not a.star), None)
+        if first is not None and isinstance(first.value, cst.Name) and first.value.value == name:
+            return True
+    return False
 
 
 def _test_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> cst.If | None:

@@ -10,6 +10,7 @@ from accelify.analysis.flow import SchedulerStep, accumulate_context, once_per_o
 from accelify.analysis.loops import entry_read
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import is_loader_dict
+from accelify.analysis.process_count import process_count
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
 from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
 from accelify.analysis.sharded_loaders import epoch_set_through, sharded_by_its_sampler
@@ -280,8 +281,10 @@ class UnpreparedObject(Rule):
     optimizer step (inside ``accumulate()``, under ``if accelerator.sync_gradients:``), a
     scheduler sized from the dataset's length in a file that splits a global batch over the
     processes by hand (``batch_size=cfg.batch_size // world_size``) and stepped once per
-    optimizer step, and a DataLoader rebuilt every step over the rollouts this rank just made
-    (``DataLoader(TensorDataset(*rollouts))`` in a helper the training loop calls) are left
+    optimizer step, a scheduler sized with a loader's ``len()`` divided by the process count
+    (each rank's own steps) and stepped once per optimizer step, and a DataLoader rebuilt
+    every step over the rollouts this rank just made (``DataLoader(TensorDataset(*rollouts))``
+    in a helper the training loop calls) are left
     alone: not preparing them is correct. A loader whose sampler's epoch the script sets
     (``loader.sampler.set_epoch(epoch)``) is taken as sharded by a DistributedSampler made
     where it is (a plain sampler has no ``set_epoch``), unless the file shows the sampler: one
@@ -1129,6 +1132,22 @@ class UnpreparedObject(Rule):
         "                    optimizer.step()\n"
         "                    lr_scheduler.step()\n"
         "                    optimizer.zero_grad()\n",
+        # sized before prepare with the loader's length divided by the process count, left
+        # out of prepare and stepped with the optimizer: each rank's own steps (review11b)
+        HEADER
+        + "import torch\n"
+        + "from transformers import get_scheduler\n"
+        + "optimizer = torch.optim.AdamW(model.parameters())\n"
+        + "per_rank = len(loader) // accelerator.num_processes\n"
+        + "lr_scheduler = get_scheduler(\n"
+        + "    'cosine', optimizer, num_warmup_steps=10, num_training_steps=per_rank * 3\n)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for epoch in range(3):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n"
+        + "        lr_scheduler.step()\n"
+        + "        optimizer.zero_grad()\n",
         # a global batch split by hand over the processes, the schedule sized in global
         # optimizer steps from the dataset's length and stepped once per accumulation cycle: an
         # RLHF reward-model trainer's, per-process steps by construction
@@ -1413,6 +1432,7 @@ class UnpreparedObject(Rule):
                     and not _stepped_per_fixed_iteration_with_optimizer(script, call)
                     and not _stepped_over_whole_data(script, call)
                     and not _sized_in_global_batches(script, call, owner)
+                    and not _sized_per_process_by_division(script, call, owner)
                 ):
                     yield self.finding(
                         script, call, message=_scheduler_message(script, call, owner)
@@ -1922,6 +1942,61 @@ def _per_batch_step_ends_late(
         f"so its schedule ends N times late; prepare is no fix, as it is also stepped per epoch "
         f"(line {per_epoch}), where a prepared scheduler would step N times"
     )
+
+
+def _sized_per_process_by_division(script: ScriptModel, step: cst.Call, name: str | None) -> bool:
+    """Sized with ``len()`` of a DataLoader divided by the process count, nothing multiplying
+    it back (``len(loader) // accelerator.num_processes * epochs``), and stepped once per
+    optimizer step: each rank's own steps, as many as its shard of the prepared loader has
+    batches, so left out of ``prepare`` it is right (prepared, ACC415's: it would step N times
+    per call). Built before or after ``prepare`` alike (review11b: one built before it was
+    told to be prepared)."""
+    if not once_per_optimizer_step(script, step):
+        return False
+    bindings = [
+        b
+        for b in script.of_kind(Kind.SCHEDULER)
+        if b.name == name and isinstance(b.value, cst.Call)
+    ]
+    if len(bindings) != 1:
+        return False
+    binding = bindings[0]
+    built = script.order(binding.assign)
+    values: list[cst.CSTNode] = [binding.value]
+    seen = {name}
+    for value in values:
+        for node in walk(value):
+            if isinstance(node, cst.Name) and node.value not in seen and len(values) < 32:
+                seen.add(node.value)
+                values += [
+                    bound
+                    for statement, bound in script.index.values_bound_to(node.value)
+                    if script.scope_of(statement) is binding.scope
+                    and script.order(statement) < built
+                ]
+    loaders = script.names_of(Kind.DATALOADER) | script.prepared_names  # a loader of the caller's
+    measured = divided = False
+    for value in values:
+        for node in walk(value):
+            if (
+                isinstance(node, cst.Call)
+                and dotted(node.func) == "len"
+                and node.args
+                and dotted(node.args[0].value) in loaders
+            ):
+                measured = True
+            if not isinstance(node, cst.BinaryOperation):
+                continue
+            if isinstance(node.operator, cst.Multiply) and (
+                process_count(script, node.left, binding.assign)
+                or process_count(script, node.right, binding.assign)
+            ):
+                return False  # multiplied back: every rank's steps
+            if isinstance(node.operator, (cst.Divide, cst.FloorDivide)) and process_count(
+                script, node.right, binding.assign
+            ):
+                divided = True
+    return measured and divided
 
 
 def _sized_by_a_whole_loader(

@@ -1777,3 +1777,29 @@ def test_a_trained_models_own_method_in_a_training_step_is_not_advised_unwrap_mo
     assert finding.line == example.line
     assert "compute it in the model's forward() and call self.model(...)" in finding.message
     assert not finding.message.startswith("Call this through")
+
+
+def test_a_read_in_a_helper_also_called_on_one_rank_is_advised_the_wait_at_its_every_rank_call():
+    """A helper saves the model and loads its weights file back; every rank calls it, and the
+    main process alone calls it again: a barrier inside it would wait alone in that second
+    call, so the advice puts the wait after the every-rank call (review11b)."""
+    code = (
+        HEADER
+        + "import torch\n\n\ndef save_and_reload(model, path):\n"
+        + "    accelerator.save_model(model, path)\n"
+        + "    return torch.load(path + '/pytorch_model.bin')\n\n\n"
+        + "state = save_and_reload(model, 'last')\n"
+        + "if accelerator.is_main_process:\n"
+        + "    best = save_and_reload(model, 'best')\n"
+    )
+    finding = the_finding(code, "ACC212")
+    assert finding.line == 8
+    assert "Call accelerator.wait_for_everyone() before this read" not in finding.message
+    assert "called on some ranks only (line 13)" in finding.message
+    assert "at the calls every rank makes (line 11)" in finding.message
+    unguarded = code.replace(
+        "if accelerator.is_main_process:\n    best = save_and_reload(model, 'best')\n", ""
+    )
+    assert "Call accelerator.wait_for_everyone() before this read" in (
+        the_finding(unguarded, "ACC212").message
+    )
