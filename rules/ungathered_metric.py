@@ -321,6 +321,16 @@ class UngatheredMetric(Rule):
         Example(_UPDATE_TWO_CALLS_DOWN.format(gather=""), 32, 13),
         # an evaluator object: the loader its constructor keeps is the prepared one
         Example(_EVALUATOR_OBJECT.format(gather=""), 15, 13),
+        # built after prepare, with the loader of the file's DataLoader(...): the prepared one
+        Example(
+            _EVALUATOR_OBJECT.format(gather="").replace(
+                "model, optimizer, eval_loader = accelerator.prepare(",
+                "eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=8)\n"
+                "model, optimizer, eval_loader = accelerator.prepare(",
+            ),
+            15,
+            13,
+        ),
         # ... the same helper's tuple with the references left ungathered: this rank's labels
         Example(
             HEADER
@@ -745,6 +755,15 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # built before prepare: the evaluator keeps the original loader, which reads the whole
+        # set on every rank; its full-set metric is no shard (convfix31's evaluator_early)
+        _EVALUATOR_OBJECT.format(gather="").replace(
+            "model, optimizer, eval_loader = accelerator.prepare(model, optimizer, eval_loader)\n"
+            "evaluator = Evaluator(accelerator, eval_loader)\n",
+            "eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=8)\n"
+            "evaluator = Evaluator(accelerator, eval_loader)\n"
+            "model, optimizer, eval_loader = accelerator.prepare(model, optimizer, eval_loader)\n",
+        ),
         _EVALUATED_TWICE.format(
             final="    final = accelerator.gather_for_metrics(evaluate(model, eval_loader))\n"
         ),

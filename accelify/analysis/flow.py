@@ -20,6 +20,7 @@ from accelify.analysis.names import DATALOADERS
 from accelify.analysis.objects import bound_arguments, callee, returned_entry, returned_local
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
+from accelify.analysis.prepare_order import handed_before_prepare
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
 from accelify.analysis.syntax import (
     all_params,
@@ -782,7 +783,7 @@ class ObjectFlow:
             method = self.placement.enclosing_function(call.call)
             owners.append(graph.owner(method) if method is not None else None)
         received = any(  # ``self.data_loader = data_loader`` handed a prepared loader
-            b.received and b.name == name and set(b.sources) & self.model.prepared_names
+            b.received and b.name == name and b.prepared_sources & self.model.prepared_names
             for b in self.model.bindings
             if isinstance(b.scope, cst.FunctionDef) and id(graph.owner(b.scope)) in related
         )
@@ -854,6 +855,10 @@ class ObjectFlow:
             return None
         caller = self.placement.enclosing_function(call)
         scope: cst.CSTNode = caller if caller is not None else self.model.module
+        if handed_before_prepare(
+            self.model, call, name, lambda v: self._prepared_value(v) is False
+        ):
+            return False  # ``Evaluator(val_loader)`` above the prepare call: the original
         if any(
             name in p.outputs and self.placement.inside(p.call, scope)
             for p in self.model.prepare_calls

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.imported_returns import Returned
+from accelify.analysis.names import DATALOADERS
+from accelify.analysis.prepare_order import handed_before_prepare
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import (
     Path,
@@ -265,11 +267,24 @@ def _record_sources(model: ScriptModel) -> None:
     calls = model.call_graph.calls_by_callee()
     for binding in received:
         parameter = received_name(binding.scope, binding.value)  # type: ignore[arg-type]
+        early: dict[str, bool] = {}  # per source: every call hands it on before prepare
         for call, implicit in calls.get(binding.scope, ()):  # type: ignore[call-overload]
             for name, argument in _arguments(model, binding.scope, call, implicit):  # type: ignore[arg-type]
                 source = dotted(argument.value)
-                if name == parameter and source is not None and source not in binding.sources:
+                if name != parameter or source is None:
+                    continue
+                if source not in binding.sources:
                     binding.sources.append(source)
+                before = handed_before_prepare(model, call, source, _made_as_a_loader(model))
+                early[source] = early.get(source, True) and before
+        binding.unprepared_sources = [source for source, before in early.items() if before]
+
+
+def _made_as_a_loader(model: ScriptModel) -> Callable[[cst.BaseExpression], bool]:
+    """``DataLoader(...)``: an object no prepare call made."""
+    return lambda value: (
+        isinstance(value, cst.Call) and bool(model.qualified(value.func) & DATALOADERS)
+    )
 
 
 def received_classes(model: ScriptModel, binding: Binding) -> set[str]:
