@@ -1029,16 +1029,28 @@ def _enclosing_class(model: ScriptModel, node: cst.CSTNode) -> str | None:
     return model.index.enclosing_class_name(node)
 
 
-def is_plateau_scheduler(model: ScriptModel, name: str) -> bool:
+def is_plateau_scheduler(model: ScriptModel, name: str, depth: int = 0) -> bool:
     """The scheduler bound to ``name`` is a ``ReduceLROnPlateau``, made here or by a function of
-    the file: it steps on a metric (each repeated step counts one more bad epoch), where any
-    other scheduler handed an argument is handed its epoch (``scheduler.step(epoch)``)."""
-    return any(
-        "ReduceLROnPlateau" in model.module.code_for_node(made)
-        for binding in model.of_kind(Kind.SCHEDULER)
-        if binding.name == name
-        for made in _made_by(model, binding.value)
-    )
+    the file, or handed in by callers that made one (``self.lr_scheduler = lr_scheduler`` of
+    ``Trainer(model, loader, optimizer, scheduler)``): it steps on a metric (each repeated step
+    counts one more bad epoch), where any other scheduler handed an argument is handed its
+    epoch (``scheduler.step(epoch)``)."""
+    for binding in model.of_kind(Kind.SCHEDULER):
+        if binding.name != name:
+            continue
+        if any(
+            "ReduceLROnPlateau" in model.module.code_for_node(made)
+            for made in _made_by(model, binding.value)
+        ):
+            return True
+        if (
+            binding.received
+            and depth < 3
+            and binding.sources
+            and all(is_plateau_scheduler(model, s, depth + 1) for s in binding.sources)
+        ):
+            return True
+    return False
 
 
 def _made_by(model: ScriptModel, value: cst.BaseExpression) -> list[cst.CSTNode]:
