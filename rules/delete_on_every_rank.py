@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis import side_effects
 from accelify.analysis.collectives import EVERY_BACKEND, backends_in_view, named
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
@@ -23,7 +24,9 @@ class DeleteOnEveryRank(Rule):
     often old checkpoints pruned in a block every rank enters (``if accelerator.is_main_process
     or accelerator.distributed_type == DistributedType.DEEPSPEED:``, right for ``save_state`` under
     DeepSpeed, wrong for the pruning beside it). The fastest rank deletes; the others list the
-    same entries and fail with FileNotFoundError."""
+    same entries and fail with FileNotFoundError. A delete that tolerates a missing path
+    (``ignore_errors=True``, ``missing_ok=True``, under ``except FileNotFoundError:``) is not
+    reported: every rank ends with the path gone."""
 
     code = "ACC205"
     name = "delete-on-every-rank"
@@ -40,6 +43,12 @@ class DeleteOnEveryRank(Rule):
             5,
         ),
         Example(HEADER + "import shutil\nshutil.rmtree('old-checkpoint')\n", 4, 1),
+        Example(HEADER + "import shutil\nshutil.rmtree('old', ignore_errors=False)\n", 4, 1),
+        Example(  # caught, but not the error another rank's delete raises
+            HEADER + "import os\ntry:\n    os.remove('out/last.pt')\nexcept KeyError:\n    pass\n",
+            5,
+            5,
+        ),
         Example(  # in a function every rank runs: at the delete, not at the call of train()
             HEADER + "import shutil\n\n\ndef train():\n    accelerator.backward(loss)\n"
             "    shutil.rmtree('old')\n\n\ntrain()\n",
@@ -86,6 +95,13 @@ class DeleteOnEveryRank(Rule):
         "if accelerator.is_main_process or "
         "accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
         "    accelerator.save_state('out/checkpoint-9')\n",
+        # deletes that tolerate a path another rank removed first: every rank ends with it gone
+        HEADER + "import shutil\nshutil.rmtree('stats_out', ignore_errors=True)\n",
+        HEADER + "from pathlib import Path\nPath('out/last.pt').unlink(missing_ok=True)\n",
+        HEADER + "import os\ntry:\n    os.remove('out/last.pt')\nexcept FileNotFoundError:\n"
+        "    pass\n",
+        HEADER + "import contextlib, os\nwith contextlib.suppress(OSError):\n"
+        "    os.remove('out/last.pt')\n",
         # filelock's read-write lock: a file store's prepare(root, force=True), in a file that
         # imports no training library, is not an accelerator's; nor is its unlink a rank's
         "class Participant:\n"
@@ -111,6 +127,8 @@ class DeleteOnEveryRank(Rule):
         for effect in facts_of(script).repeated_effects:
             if not effect.deletes or effect.helper is not None or not effect.backends & in_view:
                 continue
+            if side_effects.tolerates_missing(script, effect.effect):
+                continue  # ``ignore_errors=True``, ``missing_ok=True``, under ``except OSError``
             accelerator = accelerator_name(script, effect.reported)
             where = (
                 f" under {named(effect.backends & in_view)}"

@@ -116,6 +116,44 @@ _ZIPPED = (
 )
 
 
+#: A trainer handed its ReduceLROnPlateau as a constructor parameter, keeping and preparing it
+#: (realconv37's word2vec-style Trainer), stepping it on the mean of its epoch's losses.
+_HANDED_TRAINER = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "\n"
+    "\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, loader, optimizer, lr_scheduler):\n"
+    "        self.lr_scheduler = lr_scheduler\n"
+    "        self.accelerator = Accelerator(step_scheduler_with_optimizer=False)\n"
+    "        self.model, self.optimizer, self.loader, self.lr_scheduler = "
+    "self.accelerator.prepare(\n"
+    "            model, optimizer, loader, self.lr_scheduler\n"
+    "        )\n"
+    "\n"
+    "    def train(self, epochs):\n"
+    "        for _ in range(epochs):\n"
+    "            epoch_loss = self._train_epoch()\n"
+    "            self.lr_scheduler.step(epoch_loss)\n"
+    "\n"
+    "    def _train_epoch(self):\n"
+    "        total = 0.0\n"
+    "        for x, y in self.loader:\n"
+    "            self.optimizer.zero_grad()\n"
+    "            loss = torch.nn.functional.cross_entropy(self.model(x), y)\n"
+    "            self.accelerator.backward(loss)\n"
+    "            self.optimizer.step()\n"
+    "            total += loss.item()\n"
+    "        return total / len(self.loader)\n"
+    "\n"
+    "\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.5)\n"
+    "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=1)\n"
+    "Trainer(model, loader, optimizer, scheduler).train(3)\n"
+)
+
+
 class PlateauMetricPerRank(Rule):
     """``ReduceLROnPlateau.step(metric)`` lowers the learning rate when ``metric`` stops
     improving. Every rank steps its own scheduler; fed a value each rank computed alone (the
@@ -143,6 +181,8 @@ class PlateauMetricPerRank(Rule):
     )
     why = "Each rank's plateau scheduler sees its own shard's metric and decays on its own."
     bad = (
+        # the scheduler is a constructor parameter of the trainer: the caller made it
+        Example(_HANDED_TRAINER, 16, 13),
         Example(_SCRIPT + "    scheduler.step(total / len(loader))\n", 15, 5),
         Example(  # the metric object's training instance: its update sums this rank's batches
             _METRIC_OBJECTS.format(step="    scheduler.step(train_metric.compute())\n"), 32, 5
@@ -211,6 +251,18 @@ class PlateauMetricPerRank(Rule):
         ),
     )
     good = (
+        # the trainer's epoch loss reduced over the ranks before it is returned
+        _HANDED_TRAINER.replace(
+            "        return total / len(self.loader)\n",
+            "        total = self.accelerator.reduce(\n"
+            "            torch.tensor(total, device=self.accelerator.device), 'mean'\n"
+            "        ).item()\n"
+            "        return total / len(self.loader)\n",
+        ),
+        # a StepLR handed in the same way steps on its epoch count, not a metric
+        _HANDED_TRAINER.replace(
+            "ReduceLROnPlateau(optimizer, patience=1)", "StepLR(optimizer, 1)"
+        ).replace("self.lr_scheduler.step(epoch_loss)", "self.lr_scheduler.step()"),
         # the validation instance of the same class, updated with gathered outputs
         _METRIC_OBJECTS.format(step="    scheduler.step(val_metric.compute())\n"),
         # the entry zipped with "val_loss" is the validation loss reduced in its helper (the

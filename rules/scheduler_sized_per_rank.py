@@ -54,6 +54,53 @@ _BEFORE_PREPARE = (
 )
 
 
+#: A multi-task trainer's shape (lintreal41): a factory sizes the scheduler in one rank's
+#: steps, prepares it and returns it in a ``@dataclass`` record; a ``while`` loop over
+#: ``next(batches)`` steps it as ``run.scheduler``.
+_RECORD_RUN = (
+    "from dataclasses import dataclass\n"
+    "\n"
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from transformers import get_linear_schedule_with_warmup\n"
+    "\n"
+    "\n"
+    "@dataclass\n"
+    "class PreparedRun:\n"
+    "    model: torch.nn.Module\n"
+    "    optimizer: torch.optim.Optimizer\n"
+    "    scheduler: object\n"
+    "    dataloader: object\n"
+    "    total_steps: int\n"
+    "\n"
+    "\n"
+    "def prepare_run(accelerator, model, dataloader):\n"
+    "    steps_per_epoch = len(dataloader) // accelerator.num_processes\n"
+    "    total_steps = 3 * steps_per_epoch\n"
+    "    optimizer = torch.optim.AdamW(model.parameters())\n"
+    "    scheduler = get_linear_schedule_with_warmup(optimizer, 10, total_steps)\n"
+    "    dataloader = accelerator.prepare(dataloader)\n"
+    "    model, scheduler, optimizer = accelerator.prepare(model, scheduler, optimizer)\n"
+    "    return PreparedRun(model, optimizer, scheduler, dataloader, total_steps)\n"
+    "\n"
+    "\n"
+    "def train(accelerator, run: PreparedRun):\n"
+    "    batches = iter(run.dataloader)\n"
+    "    while True:\n"
+    "        batch = next(batches, None)\n"
+    "        if batch is None:\n"
+    "            break\n"
+    "        accelerator.backward(run.model(**batch).loss)\n"
+    "        run.optimizer.step()\n"
+    "        run.scheduler.step()\n"
+    "        run.optimizer.zero_grad()\n"
+    "\n"
+    "\n"
+    "accelerator = Accelerator()\n"
+    "train(accelerator, prepare_run(accelerator, model, dataloader))\n"
+)
+
+
 class SchedulerSizedPerRank(Rule):
     """A scheduler sized with ``len()`` of a DataLoader that ``prepare`` already sharded, then
     passed to ``prepare`` itself. The prepared loader yields each rank's share of the batches,
@@ -151,6 +198,8 @@ class SchedulerSizedPerRank(Rule):
             12,
             31,
         ),
+        # stepped as a field of the record the factory returns, in a ``while`` loop that trains
+        Example(_RECORD_RUN, 23, 62),
         # the dict prepared entry by entry, one of its entries read under a name of its own
         Example(
             _HEAD.replace(
@@ -166,6 +215,12 @@ class SchedulerSizedPerRank(Rule):
         ),
     )
     good = (
+        # the record's scheduler sized in all ranks' steps
+        _RECORD_RUN.replace(
+            "get_linear_schedule_with_warmup(optimizer, 10, total_steps)",
+            "get_linear_schedule_with_warmup(\n"
+            "        optimizer, 10, total_steps * accelerator.num_processes\n    )",
+        ),
         # divided by the process count and multiplied back: every rank's steps again
         _BEFORE_PREPARE.format(
             steps="(total_steps // accelerator.num_processes) * accelerator.num_processes"

@@ -402,6 +402,26 @@ _STOP_FILE = (
 )
 
 
+#: A ``while`` loop that draws its batches by hand from a prepared loader (``next(batches,
+#: None)``) and skips one on its own content before the backward (a multi-task trainer,
+#: lintreal41): {skip} is the skip.
+_WHILE_DRAWN = (
+    "from accelerate import Accelerator\n"
+    "\n"
+    "accelerator = Accelerator()\n"
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "batches = iter(loader)\n"
+    "while True:\n"
+    "    batch = next(batches, None)\n"
+    "    if batch is None:\n"
+    "        break\n"
+    "{skip}    loss = model(**batch).loss\n"
+    "    accelerator.backward(loss)\n"
+    "    optimizer.step()\n"
+    "    optimizer.zero_grad()\n"
+)
+
+
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
@@ -467,6 +487,12 @@ class StopOnOwnValue(Rule):
         "backward's all-reduce."
     )
     bad = (
+        # a rank-local ``continue`` before the backward of a ``while`` loop over ``next()``
+        Example(
+            _WHILE_DRAWN.format(skip='    if batch["labels"].sum() == 0:\n        continue\n'),
+            11,
+            9,
+        ),
         # a stop-flag file polled by every rank: each asks at its own moment (lintfix24)
         Example(_STOP_FILE.format(probe="os.path.exists('STOP')", after=""), 12, 9),
         Example(
@@ -740,6 +766,13 @@ class StopOnOwnValue(Rule):
         Example(_UNPACKED_STOP.format(tested="hit_rate"), 35, 21),
     )
     good = (
+        # the loader ran out: a prepared loader's shards run out on the same pass
+        _WHILE_DRAWN.format(skip=""),
+        # the advice: every rank skips the batch together
+        _WHILE_DRAWN.format(
+            skip='    if batch["labels"].sum() == 0:\n        accelerator.set_trigger()\n'
+            "    if accelerator.check_trigger():\n        continue\n"
+        ),
         # ... the flag file's answer made every rank's through the trigger
         _STOP_FILE.format(
             probe="os.path.exists('STOP')",
@@ -1000,13 +1033,17 @@ class StopOnOwnValue(Rule):
         unprepared = script.names_of(Kind.DATALOADER) - script.prepared_names
         for node in script.index.of_type(cst.Break) + script.index.of_type(cst.Continue):
             loop = script.index.enclosing_loop(node)
-            if not isinstance(loop, cst.For) or script.under_rank_guard(node):
+            if not isinstance(loop, cst.For | cst.While) or script.under_rank_guard(node):
                 continue
             test = _test_around(script, node, loop)
             if test is None or facts.ranks.is_rank_test(test.test):
                 continue
-            if (variables_in(script, loop.iter) & unprepared) and not (
-                variables_in(script, loop.iter) & script.prepared_names
+            if isinstance(loop, cst.While) and _exhausted_test(script, test):
+                continue  # ``if batch is None: break``: a prepared loader's, the same count
+            if (
+                isinstance(loop, cst.For)
+                and (variables_in(script, loop.iter) & unprepared)
+                and not (variables_in(script, loop.iter) & script.prepared_names)
             ):
                 continue  # every rank reads the same batches: the same values
             waiting = facts.collective_reach.where_the_others_wait(
@@ -1016,9 +1053,11 @@ class StopOnOwnValue(Rule):
                 continue
             leaves = "break" if isinstance(node, cst.Break) else "continue"
             accelerator = accelerator_name(script, node)
-            own = _own_value(script, test, loop, losses)
+            # a ``while`` loop has no target: its batches are drawn by hand (``next(batches)``),
+            # which `decided_on_own_shard` follows
+            own = _own_value(script, test, loop, losses) if isinstance(loop, cst.For) else None
             if own is None:
-                decided = decided_on_own_shard(facts, test, loop)
+                decided = decided_on_own_shard(facts, test, loop)  # type: ignore[arg-type]
                 if decided is not None:
                     yield self.finding(
                         script,
@@ -1427,7 +1466,7 @@ _FILE_PROBES = frozenset(
 _PROBING_METHODS = frozenset({"exists", "is_file"})
 
 
-def _polled_file(script: ScriptModel, test: cst.If, loop: cst.For) -> cst.Call | None:
+def _polled_file(script: ScriptModel, test: cst.If, loop: cst.For | cst.While) -> cst.Call | None:
     """The call in ``test``'s condition, or in the value of a name it reads as last bound above
     it (``stop = os.path.exists("STOP")``), that asks the file system whether a file is there
     (``os.path.exists``, ``Path("STOP").exists()``): each rank asks when it gets there, so a
@@ -1480,7 +1519,7 @@ def _names_a_file_per_pass(script: ScriptModel, probe: cst.Call, test: cst.If) -
     return bool(read & targets)
 
 
-def _handed_to_a_broadcast(script: ScriptModel, name: str, loop: cst.For) -> bool:
+def _handed_to_a_broadcast(script: ScriptModel, name: str, loop: cst.For | cst.While) -> bool:
     """``name`` (or an item of it) is the first argument of a call in ``loop`` that writes every
     rank's agreed value into it: ``dist.all_reduce(flag)``, ``broadcast_object_list(stop)``
     (the list every rank passes gets rank 0's items)."""
@@ -1498,7 +1537,35 @@ def _handed_to_a_broadcast(script: ScriptModel, name: str, loop: cst.For) -> boo
     return False
 
 
-def _test_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> cst.If | None:
+def _exhausted_test(script: ScriptModel, test: cst.If) -> bool:
+    """``if batch is None:`` (or ``if not batch:``) of ``batch = next(batches, None)``: the
+    iterator ran out, which a prepared DataLoader makes happen on the same pass on every rank
+    (each rank's shard has as many batches)."""
+    condition = test.test
+    if isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not):
+        name = dotted(condition.expression)
+    elif (
+        isinstance(condition, cst.Comparison)
+        and len(condition.comparisons) == 1
+        and isinstance(condition.comparisons[0].operator, cst.Is | cst.IsNot)
+        and dotted(condition.comparisons[0].comparator) == "None"
+    ):
+        name = dotted(condition.left)
+    else:
+        return False
+    binding = last_binding(script, name, test) if name is not None else None
+    value = getattr(binding, "value", None)
+    return (
+        isinstance(value, cst.Call)
+        and dotted(value.func) == "next"
+        and len(value.args) == 2
+        and dotted(value.args[1].value) == "None"
+    )
+
+
+def _test_around(
+    script: ScriptModel, node: cst.CSTNode, loop: cst.For | cst.While
+) -> cst.If | None:
     """The innermost ``if`` between ``loop`` and ``node`` whose body (not its test) holds
     ``node``."""
     child: cst.CSTNode = node
@@ -1681,7 +1748,7 @@ def _reaches(
     )
 
 
-def _agreed_in_place(script: ScriptModel, name: str, loop: cst.For) -> bool:
+def _agreed_in_place(script: ScriptModel, name: str, loop: cst.For | cst.While) -> bool:
     """``dist.all_reduce(name)`` in the loop: the collective writes every rank's agreed value
     into it (TRL's early stop reduces its KL this way before testing it)."""
     return any(

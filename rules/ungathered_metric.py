@@ -19,6 +19,7 @@ from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
 from accelify.analysis.sharded_loaders import sharded_by_its_sampler
 from accelify.analysis.syntax import (
     Visitor,
+    argument_value,
     dotted,
     root_name,
     target_names,
@@ -320,6 +321,16 @@ class UngatheredMetric(Rule):
         Example(_UPDATE_TWO_CALLS_DOWN.format(gather=""), 32, 13),
         # an evaluator object: the loader its constructor keeps is the prepared one
         Example(_EVALUATOR_OBJECT.format(gather=""), 15, 13),
+        # built after prepare, with the loader of the file's DataLoader(...): the prepared one
+        Example(
+            _EVALUATOR_OBJECT.format(gather="").replace(
+                "model, optimizer, eval_loader = accelerator.prepare(",
+                "eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=8)\n"
+                "model, optimizer, eval_loader = accelerator.prepare(",
+            ),
+            15,
+            13,
+        ),
         # ... the same helper's tuple with the references left ungathered: this rank's labels
         Example(
             HEADER
@@ -744,6 +755,15 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # built before prepare: the evaluator keeps the original loader, which reads the whole
+        # set on every rank; its full-set metric is no shard (convfix31's evaluator_early)
+        _EVALUATOR_OBJECT.format(gather="").replace(
+            "model, optimizer, eval_loader = accelerator.prepare(model, optimizer, eval_loader)\n"
+            "evaluator = Evaluator(accelerator, eval_loader)\n",
+            "eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=8)\n"
+            "evaluator = Evaluator(accelerator, eval_loader)\n"
+            "model, optimizer, eval_loader = accelerator.prepare(model, optimizer, eval_loader)\n",
+        ),
         _EVALUATED_TWICE.format(
             final="    final = accelerator.gather_for_metrics(evaluate(model, eval_loader))\n"
         ),
@@ -1780,15 +1800,48 @@ def _loss_total_message(script: ScriptModel, node: cst.AugAssign) -> str:
     count; ``gather_for_metrics`` needs a per-batch tensor."""
     accelerator = accelerator_name(script, node)
     total = _total_name(node)
+    keyed = isinstance(node.target, cst.Subscript)
     from_item = _host_value(node.value) or _from_host_helper(script, node)
-    reduced = f"torch.tensor({total}, device={accelerator}.device)" if from_item else total
-    what = f"each total in {total}" if isinstance(node.target, cst.Subscript) else total
+    on_cpu = not from_item and _moved_to_cpu(node.value)
+    device = f"{accelerator}.device"
+    if from_item and keyed:
+        reduced = f"{{k: torch.tensor(v, device={device}) for k, v in {total}.items()}}"
+    elif from_item:
+        reduced = f"torch.tensor({total}, device={device})"
+    elif on_cpu and keyed:
+        reduced = f"{{k: v.to({device}) for k, v in {total}.items()}}"
+    elif on_cpu:
+        reduced = f"{total}.to({device})"
+    else:
+        reduced = total
+    what = f"each total in {total}" if keyed else total
+    why_device = (
+        f" (reduce takes tensors on {device}: these totals are moved to the CPU, which NCCL "
+        f"cannot reduce; for Python numbers use {accelerator}.gather_object)"
+        if on_cpu
+        else ""
+    )
     return (
         f"Combine {what} across ranks after the loop: {accelerator}.reduce({reduced}, "
-        f"reduction='sum'), with its count (of batches or samples) reduced the same way (or "
-        f"{accelerator}.gather_for_metrics the per-batch losses); each rank sums only its "
-        "shard of the prepared loader"
+        f"reduction='sum'){why_device}, with its count (of batches or samples) reduced the "
+        f"same way (or {accelerator}.gather_for_metrics the per-batch losses); each rank sums "
+        "only its shard of the prepared loader"
     )
+
+
+def _moved_to_cpu(node: cst.CSTNode) -> bool:
+    """``v.detach().to("cpu")``, ``v.cpu()``: a host tensor, which ``reduce`` cannot send
+    over NCCL."""
+    for n in walk(node):
+        if not isinstance(n, cst.Call) or not isinstance(n.func, cst.Attribute):
+            continue
+        if n.func.attr.value == "cpu" and not n.args:
+            return True
+        if n.func.attr.value == "to":
+            target = argument_value(n, "device")
+            if isinstance(target, cst.SimpleString) and target.evaluated_value == "cpu":
+                return True
+    return False
 
 
 def _host_value(node: cst.CSTNode) -> bool:

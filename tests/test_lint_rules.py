@@ -358,6 +358,33 @@ def test_an_ungathered_dict_of_loss_tensors_is_advised_a_reduce_of_each_total():
     assert "accelerator.reduce(losses, reduction='sum')" in finding.message
 
 
+def test_an_ungathered_dict_of_cpu_loss_tensors_is_advised_a_reduce_of_device_tensors():
+    """BioZorro sums ``v.detach().to("cpu")`` per key: NCCL cannot reduce CPU tensors, so the
+    advice moves each total back to the accelerator's device."""
+    code = _LOSS_EVAL.replace("val_loss += loss.item()", "losses['ce'] += loss.detach().to('cpu')")
+    code = code.replace("val_loss, batches = 0.0, 0", "losses, batches = {'ce': 0}, 0")
+    message = the_finding(code, "ACC403").message
+    assert (
+        "accelerator.reduce({k: v.to(accelerator.device) for k, v in losses.items()}, "
+        "reduction='sum')"
+    ) in message
+    assert "moved to the CPU, which NCCL cannot reduce" in message
+    assert "accelerator.reduce(losses," not in message
+
+
+def test_an_ungathered_cpu_loss_total_is_advised_a_reduce_of_a_device_tensor():
+    code = _LOSS_EVAL.replace("val_loss += loss.item()", "val_loss += loss.detach().cpu()")
+    message = the_finding(code, "ACC403").message
+    assert "accelerator.reduce(val_loss.to(accelerator.device), reduction='sum')" in message
+
+
+def test_an_ungathered_dict_of_item_losses_is_advised_a_tensor_per_entry():
+    code = _LOSS_EVAL.replace("val_loss += loss.item()", "losses['ce'] += loss.item()")
+    code = code.replace("val_loss, batches = 0.0, 0", "losses, batches = {'ce': 0.0}, 0")
+    message = the_finding(code, "ACC403").message
+    assert "{k: torch.tensor(v, device=accelerator.device) for k, v in losses.items()}" in message
+
+
 def test_an_ungathered_accuracy_keeps_the_gather_advice():
     code = _LOSS_EVAL.replace("val_loss += loss.item()", "correct += (model(x) == y).sum()")
     code = code.replace("val_loss, batches = 0.0, 0", "correct, batches = 0, 0")

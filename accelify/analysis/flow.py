@@ -16,10 +16,12 @@ import libcst as cst
 
 from accelify.analysis.iterated import iterated_sources
 from accelify.analysis.keyed_dicts import keyed_subscript, may_hold_a_loader, mutated_keys
+from accelify.analysis.loops import find_backward
 from accelify.analysis.names import DATALOADERS
 from accelify.analysis.objects import bound_arguments, callee, returned_entry, returned_local
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
+from accelify.analysis.prepare_order import handed_before_prepare
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
 from accelify.analysis.syntax import (
     all_params,
@@ -431,9 +433,26 @@ class ObjectFlow:
                     found.append(value)
                 elif isinstance(value, cst.Name):
                     pending.append((value.value, where))
+                elif isinstance(value, cst.Call) and (made := self._returned_values(value)):
+                    # ``run = prepare_run(...)``: the record the file's factory returns
+                    for returned, statement in made:
+                        values.append((returned, statement))
                 else:
                     return None
         return found
+
+    def _returned_values(
+        self, call: cst.Call
+    ) -> list[tuple[cst.BaseExpression, cst.CSTNode]] | None:
+        """What the file's function ``call`` runs returns, each with its ``return``; None for a
+        call of anything else, or a function with a bare ``return``."""
+        target = callee(self.model, call)
+        if target is None or target[0].name.value == "__init__":
+            return None
+        returns = self.model.index.own_returns(target[0])
+        if not returns or any(r.value is None for r in returns):
+            return None
+        return [(r.value, r) for r in returns if r.value is not None]
 
     def _once_per_function(
         self, pending: list[tuple[str | None, cst.CSTNode]]
@@ -782,7 +801,7 @@ class ObjectFlow:
             method = self.placement.enclosing_function(call.call)
             owners.append(graph.owner(method) if method is not None else None)
         received = any(  # ``self.data_loader = data_loader`` handed a prepared loader
-            b.received and b.name == name and set(b.sources) & self.model.prepared_names
+            b.received and b.name == name and b.prepared_sources & self.model.prepared_names
             for b in self.model.bindings
             if isinstance(b.scope, cst.FunctionDef) and id(graph.owner(b.scope)) in related
         )
@@ -854,6 +873,10 @@ class ObjectFlow:
             return None
         caller = self.placement.enclosing_function(call)
         scope: cst.CSTNode = caller if caller is not None else self.model.module
+        if handed_before_prepare(
+            self.model, call, name, lambda v: self._prepared_value(v) is False
+        ):
+            return False  # ``Evaluator(val_loader)`` above the prepare call: the original
         if any(
             name in p.outputs and self.placement.inside(p.call, scope)
             for p in self.model.prepare_calls
@@ -1204,9 +1227,23 @@ class ObjectFlow:
                 kept = self.kept_arguments(owner, call)
                 if kept and all(k in schedulers for k in kept) and len(set(kept)) == 1:
                     outer_name = kept[0]
-            per_batch = self._in_batch_loop(call, self.batch_loops, depth=3)
+            per_batch = self._in_batch_loop(call, self.batch_loops, depth=3) or any(
+                self.placement.in_loop_body(call, loop) for loop in self.training_while_loops
+            )
             steps.append(SchedulerStep(call, outer_name, per_batch))
         return steps
+
+    @functools.cached_property
+    def training_while_loops(self) -> list[cst.While]:
+        """``while`` loops whose own body runs a backward (``while step < total: batch =
+        next(batches)`` ... ``accelerator.backward(loss)``): each pass trains on one batch, so
+        a step in that body runs once per batch, as in a ``for`` loop over the loader."""
+        return [
+            loop
+            for loop in self.model.index.of_type((cst.While,))
+            if isinstance(loop, cst.While)
+            and next(find_backward(loop.body, skip_loops=True), None) is not None
+        ]
 
     @functools.cached_property
     def batch_loops(self) -> list[cst.For]:

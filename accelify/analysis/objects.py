@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.imported_returns import Returned
+from accelify.analysis.names import DATALOADERS
+from accelify.analysis.prepare_order import handed_before_prepare
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import (
     Path,
@@ -265,11 +267,24 @@ def _record_sources(model: ScriptModel) -> None:
     calls = model.call_graph.calls_by_callee()
     for binding in received:
         parameter = received_name(binding.scope, binding.value)  # type: ignore[arg-type]
+        early: dict[str, bool] = {}  # per source: every call hands it on before prepare
         for call, implicit in calls.get(binding.scope, ()):  # type: ignore[call-overload]
             for name, argument in _arguments(model, binding.scope, call, implicit):  # type: ignore[arg-type]
                 source = dotted(argument.value)
-                if name == parameter and source is not None and source not in binding.sources:
+                if name != parameter or source is None:
+                    continue
+                if source not in binding.sources:
                     binding.sources.append(source)
+                before = handed_before_prepare(model, call, source, _made_as_a_loader(model))
+                early[source] = early.get(source, True) and before
+        binding.unprepared_sources = [source for source, before in early.items() if before]
+
+
+def _made_as_a_loader(model: ScriptModel) -> Callable[[cst.BaseExpression], bool]:
+    """``DataLoader(...)``: an object no prepare call made."""
+    return lambda value: (
+        isinstance(value, cst.Call) and bool(model.qualified(value.func) & DATALOADERS)
+    )
 
 
 def received_classes(model: ScriptModel, binding: Binding) -> set[str]:
@@ -1014,16 +1029,28 @@ def _enclosing_class(model: ScriptModel, node: cst.CSTNode) -> str | None:
     return model.index.enclosing_class_name(node)
 
 
-def is_plateau_scheduler(model: ScriptModel, name: str) -> bool:
+def is_plateau_scheduler(model: ScriptModel, name: str, depth: int = 0) -> bool:
     """The scheduler bound to ``name`` is a ``ReduceLROnPlateau``, made here or by a function of
-    the file: it steps on a metric (each repeated step counts one more bad epoch), where any
-    other scheduler handed an argument is handed its epoch (``scheduler.step(epoch)``)."""
-    return any(
-        "ReduceLROnPlateau" in model.module.code_for_node(made)
-        for binding in model.of_kind(Kind.SCHEDULER)
-        if binding.name == name
-        for made in _made_by(model, binding.value)
-    )
+    the file, or handed in by callers that made one (``self.lr_scheduler = lr_scheduler`` of
+    ``Trainer(model, loader, optimizer, scheduler)``): it steps on a metric (each repeated step
+    counts one more bad epoch), where any other scheduler handed an argument is handed its
+    epoch (``scheduler.step(epoch)``)."""
+    for binding in model.of_kind(Kind.SCHEDULER):
+        if binding.name != name:
+            continue
+        if any(
+            "ReduceLROnPlateau" in model.module.code_for_node(made)
+            for made in _made_by(model, binding.value)
+        ):
+            return True
+        if (
+            binding.received
+            and depth < 3
+            and binding.sources
+            and all(is_plateau_scheduler(model, s, depth + 1) for s in binding.sources)
+        ):
+            return True
+    return False
 
 
 def _made_by(model: ScriptModel, value: cst.BaseExpression) -> list[cst.CSTNode]:

@@ -115,6 +115,14 @@ class Binding:
     received: bool = False
     #: what the callers passed for a received binding (``train_loader`` for ``self.loader``)
     sources: list[str] = field(default_factory=list, compare=False)
+    #: of ``sources``, those every caller hands on before ``prepare`` rebinds them
+    #: (``Evaluator(val_loader)`` above the prepare call): the original, unprepared object
+    unprepared_sources: list[str] = field(default_factory=list, compare=False)
+
+    @property
+    def prepared_sources(self) -> set[str]:
+        """The callers' names whose prepared object this binding may hold."""
+        return set(self.sources) - set(self.unprepared_sources)
 
     @property
     def line(self) -> int:
@@ -665,7 +673,7 @@ class ScriptModel:
         prepared = {name for call in self.prepare_calls for name in call.outputs if name}
         prepared |= self._given_attributes()
         prepared |= self._returned_prepared(prepared)
-        received = [(b.name, set(b.sources)) for b in self.bindings if b.received and b.sources]
+        received = [(b.name, b.prepared_sources) for b in self.bindings if b.received and b.sources]
         received += self._aliases()
         for _ in range(len(received)):
             grown = {name for name, sources in received if prepared & sources} - prepared

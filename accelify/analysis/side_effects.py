@@ -298,6 +298,54 @@ def deletes(model: ScriptModel, call: cst.Call) -> bool:
     )
 
 
+#: Exceptions whose handler swallows a path another rank deleted first.
+_MISSING_PATH_ERRORS = {"FileNotFoundError", "OSError", "IOError", "EnvironmentError", "Exception"}
+
+
+def tolerates_missing(model: ScriptModel, call: cst.Call) -> bool:
+    """A delete that does not fail when another rank removed the path first:
+    ``shutil.rmtree(d, ignore_errors=True)``, ``path.unlink(missing_ok=True)``, or a delete in
+    the body of a ``try:`` whose handler catches ``FileNotFoundError`` (``OSError``,
+    ``Exception``, a bare ``except:``) or under ``with contextlib.suppress(FileNotFoundError):``.
+    Every rank running it ends with the path gone, which is what the author asked for."""
+    for keyword in ("ignore_errors", "missing_ok"):
+        given = argument_value(call, keyword, None)
+        if given is not None and not (isinstance(given, cst.Name) and given.value == "False"):
+            return True
+    child: cst.CSTNode = call
+    for ancestor in model.ancestors(call):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if (
+            isinstance(ancestor, cst.Try)
+            and child is ancestor.body
+            and any(_catches_missing(handler) for handler in ancestor.handlers)
+        ):
+            return True
+        if isinstance(ancestor, cst.With) and child is ancestor.body:
+            for item in ancestor.items:
+                suppressed = item.item
+                if (
+                    isinstance(suppressed, cst.Call)
+                    and (dotted(suppressed.func) or "").rsplit(".", 1)[-1] == "suppress"
+                    and any(_names_missing(a.value) for a in suppressed.args)
+                ):
+                    return True
+        child = ancestor
+    return False
+
+
+def _catches_missing(handler: cst.ExceptHandler) -> bool:
+    return handler.type is None or _names_missing(handler.type)
+
+
+def _names_missing(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.Tuple):
+        return any(_names_missing(element.value) for element in node.elements)
+    name = dotted(node) or ""
+    return name.rsplit(".", 1)[-1] in _MISSING_PATH_ERRORS
+
+
 def main_process_only(call: cst.Call) -> bool:
     """``save_pretrained(d, is_main_process=accelerator.is_main_process, save_function=...)``:
     the callee writes on the main process only."""
