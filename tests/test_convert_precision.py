@@ -7,6 +7,7 @@ import pytest
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import analyze
+from accelify.convert import convert_source
 from accelify.source import parse
 
 TEMPLATE = """\
@@ -106,3 +107,42 @@ def test_autocasts_that_disagree_keep_the_scripts_amp():
     )
     precision = facts_of(analyze(parse(source.encode(), "amp.py"))).precision
     assert precision.reason == "the autocasts differ in dtype, device or enabled="
+
+
+LATE_SCALER = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4)
+use_amp = device.type == "cuda"
+scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+for x, y in loader:
+    x, y = x.to(device), y.to(device)
+    with torch.autocast("cuda", enabled=use_amp):
+        loss = nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def test_a_flag_set_from_the_accelerators_device_keeps_the_scripts_amp():
+    """``use_amp`` reads the device, which the conversion takes from the accelerator: no place
+    for ``Accelerator(mixed_precision=...)`` comes after ``use_amp`` and before that use, so
+    the scaler and autocast stay as written (the backward keeps its scaling), each with why,
+    and the Accelerator reads no name it would meet unbound."""
+    conversion = convert_source(LATE_SCALER.encode(), "late_scaler.py")
+    converted = conversion.converted.decode()
+    assert "accelerator = Accelerator()\n" in converted
+    assert "scaler = torch.cuda.amp.GradScaler(enabled=use_amp)" in converted
+    assert "accelerator.backward(scaler.scale(loss))" in converted
+    assert "scaler.step(optimizer)" in converted
+    reviews = {note.line: note.text for note in conversion.reviews}
+    assert reviews[10].startswith("GradScaler scaler left as is: Accelerator(mixed_precision=")
+    assert "it reads device, which line 5 sets from the accelerator" in reviews[13]
+    compile(converted, "late_scaler.py", "exec")

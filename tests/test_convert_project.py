@@ -49,6 +49,27 @@ def test_a_directory_converts_the_driver_and_its_engine_together(tmp_path: Path)
     assert "engine.py:10: loss.backward() -> accelerator.backward(loss)" in result.stdout
 
 
+def test_a_script_of_a_scripts_folder_converts_with_the_package_beside_it(tmp_path: Path):
+    """``scripts/train.py`` imports ``src.engine``, a package beside ``scripts/`` (run as
+    ``python -m scripts.train`` from the root): ``accelify convert .`` at the root finds the
+    engine and converts the two together, as it does a module beside the script."""
+    root = tmp_path / "root"
+    (root / "scripts").mkdir(parents=True)
+    (root / "src").mkdir()
+    (root / "src" / "__init__.py").write_text("")
+    shutil.copy(PROJECT / "engine.py", root / "src" / "engine.py")
+    driver = (PROJECT / "train.py").read_text()
+    assert "from engine import" in driver
+    (root / "scripts" / "train.py").write_text(driver.replace("from engine", "from src.engine"))
+    result = run_accelify("convert", root, "--write")
+    assert_ok(result)
+    train = (root / "scripts" / "train.py").read_text()
+    engine = (root / "src" / "engine.py").read_text()
+    assert "accelerator = Accelerator()" in train
+    assert "evaluate(model, val_loader, accelerator=accelerator)" in train
+    assert "accelerator.backward(loss)" in engine
+
+
 def test_a_module_that_trains_through_a_class_is_followed_to_its_method(tmp_path: Path):
     project = _copy(tmp_path)
     (project / "engine.py").write_text(

@@ -198,6 +198,22 @@ def test_project_modules_resolve_as_python_would_find_them(tmp_path: Path):
     assert module_file(folder / "train.py", "project.train_util") == folder / "train_util.py"
 
 
+def test_a_package_beside_the_scripts_folder_is_the_projects(tmp_path: Path):
+    """``scripts/train.py`` importing ``src.train_eval`` (``src/`` beside ``scripts/``, the
+    project root put on sys.path or ``python -m scripts.train``) names ``src/train_eval.py``;
+    a library it imports still names no file, nor a package too far up."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train_eval.py").write_text("")
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "train.py"
+    assert module_file(script, "src.train_eval") == tmp_path / "src" / "train_eval.py"
+    assert module_file(script, "src.missing") is None
+    assert module_file(script, "torch.nn") is None
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    assert module_file(deep / "train.py", "src.train_eval") is None  # three folders up
+
+
 def test_importers_are_the_linted_files_that_import_a_module(tmp_path: Path):
     (tmp_path / "trainer.py").write_text("import torch\n")
     (tmp_path / "train.py").write_text("from trainer import Trainer\nfrom . import utils\n")

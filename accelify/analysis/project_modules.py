@@ -93,7 +93,8 @@ def _roots(folder: Path, first: str) -> Iterator[Path]:
     """Where an absolute import of the project is looked up from a script in ``folder``,
     nearest first: the script's folder; the folder above the one named like the import's first
     part, on the script's path (``project`` of ``from project import util``); the package
-    root."""
+    root; the nearest folder above the script's (two at most) that holds the import's first
+    part as a package folder (``src/`` beside ``scripts/``)."""
     yield folder
     ancestors, package_root = _around(folder)
     for ancestor in ancestors:
@@ -102,6 +103,18 @@ def _roots(folder: Path, first: str) -> Iterator[Path]:
             break
     if package_root is not None:
         yield package_root
+    for ancestor in ancestors[1:_PROJECT_DEPTH]:
+        if (ancestor / first).is_dir():
+            # ``from src.train_eval import train`` in ``scripts/train.py``, with ``src/`` a
+            # package beside ``scripts/``: run as ``python -m scripts.train`` from the project
+            # root, or with that root put on sys.path (``sys.path.insert(0, "..")``,
+            # PYTHONPATH), which a script outside any package must do to import it at all
+            yield ancestor
+            break
+
+
+#: How many folders above a script's own a package it imports by name is looked for
+_PROJECT_DEPTH = 3
 
 
 def package_root(folder: Path) -> Path | None:

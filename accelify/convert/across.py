@@ -163,13 +163,28 @@ def importers_of(engine: Path) -> list[Path]:
 
 
 def _folders_importing(engine: Path) -> list[Path]:
-    """The engine's folder and, in a package, each folder above it up to the package root."""
+    """The engine's folder and, in a package, each folder above it up to the package root;
+    and the folders beside the engine's package (``scripts/`` beside ``src/``), whose scripts
+    import it by its dotted name once the project root is on sys.path (`module_file` says
+    which of their imports name it)."""
     folder = engine.parent.absolute()
     root = package_root(folder)
     if root is None:
-        return [folder]
+        return [folder]  # not a package: its folder's parent may be any folder of projects
     parents = list(folder.parents)
-    return [folder, *parents[: parents.index(root) + 1]]
+    above = [folder, *parents[: parents.index(root) + 1]]
+    top = parents[parents.index(root) - 1] if parents.index(root) > 0 else folder
+    project = top.parent
+    beside = [
+        sub
+        for sub in sorted(project.iterdir() if project.is_dir() else [])
+        if sub.is_dir()
+        and sub != top
+        and not sub.name.startswith((".", "_"))
+        and not (sub / "pyvenv.cfg").exists()
+        and sub not in above
+    ]
+    return [*above, *beside]
 
 
 def _names_module(data: bytes, match, stem: str) -> bool:  # type: ignore[no-untyped-def]

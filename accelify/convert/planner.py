@@ -127,7 +127,44 @@ def plan_conversion(
     only show text on the terminal, with where they are (`project.imported_printers`);
     ``imported_file_writers``: those whose body writes a file, with where
     (`project.imported_file_writers`)."""
-    ctx = Context(model, options)
+    withheld: dict[str, str] = {}
+    while True:
+        ctx = Context(model, options, withheld=dict(withheld))
+        plan = _planned(
+            ctx,
+            imported_writers,
+            imported_evaluators,
+            imported_model_methods,
+            imported_state_savers,
+            imported_loggers,
+            imported_object_savers,
+            imported_layer_members,
+            imported_printers,
+            imported_file_writers,
+        )
+        # An argument the Accelerator cannot read where it is made (``use_amp`` set only after
+        # the first use of the accelerator): planned again with that argument's construct kept
+        # as written (`accelerator._late_arguments`). Each round withholds one key more.
+        new = {k: v for k, v in ctx.to_withhold.items() if k not in withheld}
+        if not new:
+            return plan
+        withheld.update(new)
+
+
+def _planned(
+    ctx: Context,
+    imported_writers: dict[str, str] | None,
+    imported_evaluators: set[str] | None,
+    imported_model_methods: dict[str, str] | None,
+    imported_state_savers: dict[str, StateSaver] | None,
+    imported_loggers: set[str] | None,
+    imported_object_savers: dict[str, ObjectSaver] | None,
+    imported_layer_members: dict[str, str] | None,
+    imported_printers: dict[str, str] | None,
+    imported_file_writers: dict[str, str] | None,
+) -> Plan:
+    """One round of `plan_conversion`, with ``ctx.withheld`` kept out of the constructor."""
+    model, options = ctx.model, ctx.options
     ctx.imported_writers = imported_writers or {}
     ctx.imported_evaluators = imported_evaluators or set()
     ctx.imported_model_methods = imported_model_methods or {}

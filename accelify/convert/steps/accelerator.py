@@ -54,6 +54,10 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
     if per_iteration:
         ctx.left_as_is = _per_iteration(ctx, *per_iteration[0])
         return
+    late = _late_arguments(ctx, home, anchor)
+    if late:
+        ctx.to_withhold = late  # planned again with these arguments' constructs kept
+        return
     # Early inserts: the Accelerator (and what its constructor reads) comes before whatever
     # other steps put at the same place, which uses it.
     _move_constructor_arguments_up(ctx, home, anchor)
@@ -199,22 +203,124 @@ def _needed_by(ctx: Context, statement_node: cst.CSTNode) -> bool:
 
 
 def _move_constructor_arguments_up(ctx: Context, home: Scope, anchor: cst.CSTNode) -> None:
-    """``accum = 2`` set below the place the Accelerator is created moves up when it can."""
+    """``accum = 2`` set below the place the Accelerator is created moves up (`_late_arguments`
+    found that each such name can)."""
     placement = ctx.facts.placement
     body = placement.body_of(home)
     for name, line in placement.assigned_after(anchor, home, set(ctx.constructor.values())):
-        hoisted = placement.hoistable(body, anchor, name)
+        hoisted = _hoisted(ctx, body, anchor, name)
         if hoisted is not None:
             ctx.plan.remove(hoisted)
             ctx.plan.insert_before(anchor, hoisted.deep_clone(), early=True)
             code = ctx.code(hoisted).strip()
             ctx.plan.change(line, f"moved `{code}` up before line {ctx.line(anchor)}")
+
+
+#: constructor arguments whose step can keep the script's own construct instead
+WITHHOLDABLE = ("mixed_precision", "gradient_accumulation_steps")
+
+
+def _late_arguments(ctx: Context, home: Scope, anchor: cst.CSTNode) -> dict[str, str]:
+    """The constructor arguments that read a name ``home`` sets only at or after ``anchor``,
+    the first statement that uses the accelerator, where that setting cannot move up
+    (``use_amp = device == "cuda"`` below ``device = str(accelerator.device)``): no place
+    comes both after what the argument reads and before the accelerator's first use. Made
+    there anyway, the Accelerator reads a name not yet bound (NameError on every rank). Each
+    with why; the conversion is planned again keeping the construct the argument would have
+    replaced (the script's autocast, its manual accumulation), or the file is left as it is
+    when no step can keep it (`left_as_is`)."""
+    placement = ctx.facts.placement
+    body = placement.body_of(home)
+    found: dict[str, str] = {}
+    for key, code in ctx.constructor.items():
+        for name, line in placement.assigned_after(anchor, home, [code]):
+            if _hoisted(ctx, body, anchor, name) is not None:
+                continue
+            blocker = _hoist_blocker(ctx, body, anchor, name)
+            found[key] = (
+                f"Accelerator({key}={code}) would read {name}, set at line {line}, below "
+                f"line {ctx.line(anchor)}, which already uses the accelerator, and {name} "
+                f"cannot be set earlier ({blocker}); to move it into the Accelerator, set "
+                f"{name} before line {ctx.line(anchor)} from what exists there, then convert"
+            )
+            break
+    if any(key not in WITHHOLDABLE or key in ctx.withheld for key in found):
+        key, why = next(iter(found.items()))
+        ctx.left_as_is = (ctx.line(anchor), f"left as it is: {why}")
+        return {}
+    return found
+
+
+def _hoisted(
+    ctx: Context, body: list[cst.CSTNode], anchor: cst.CSTNode, name: str
+) -> cst.SimpleStatementLine | None:
+    """The statement that sets ``name``, when it can move above ``anchor``: one the plan does
+    not rewrite, remove or put in a block (moved as a copy, it would lose that edit; what
+    the plan inserts beside it stays where it is)."""
+    hoisted = ctx.facts.placement.hoistable(body, anchor, name)
+    if hoisted is None:
+        return None
+    rewritten, _ = ctx.plan.edited_nodes()
+    placement = ctx.facts.placement
+    if any(node is hoisted or placement.inside(node, hoisted) for node in rewritten):
+        return None
+    if ctx.plan.removes(hoisted) or ctx.plan.block_around(hoisted) is not None:
+        return None
+    return hoisted
+
+
+def _hoist_blocker(ctx: Context, body: list[cst.CSTNode], anchor: cst.CSTNode, name: str) -> str:
+    """Why the statement that sets ``name`` below ``anchor`` cannot move above it, as advice
+    says it."""
+    start = body.index(anchor)
+    for index in range(start, len(body)):
+        line = body[index]
+        if name not in {
+            t for n in walk(line) if isinstance(n, cst.AssignTarget) for t in _names_of(n.target)
+        }:
             continue
-        ctx.plan.review(
-            line,
-            f"{name} is set after the Accelerator is created; "
-            f"move it before line {ctx.line(anchor)}",
-        )
+        if not isinstance(line, cst.SimpleStatementLine):
+            return f"line {ctx.line(line)} sets it inside a block"
+        if not (
+            len(line.body) == 1
+            and isinstance(line.body[0], cst.Assign)
+            and [dotted(t.target) for t in line.body[0].targets] == [name]
+        ):
+            return f"line {ctx.line(line)} is not a plain assignment of {name} alone"
+        value = line.body[0].value
+        reads = {n.value for n in walk(value) if isinstance(n, cst.Name)}
+        for earlier in body[start:index]:
+            set_there = {
+                t
+                for n in walk(earlier)
+                if isinstance(n, cst.AssignTarget)
+                for t in _names_of(n.target)
+            }
+            clash = sorted(reads & set_there)
+            if clash:
+                uses = " from the accelerator" if _needed_by_or_is(ctx, earlier) else ""
+                return f"it reads {clash[0]}, which line {ctx.line(earlier)} sets{uses}"
+        if any(isinstance(n, (cst.Call, cst.Await, cst.Yield)) for n in walk(value)):
+            return "its value calls a function, which the conversion does not move"
+        return f"{name} is read or set in between, or the conversion edits that line"
+    return f"{name} is set below it"
+
+
+def _names_of(target: cst.BaseExpression) -> set[str]:
+    """The names and dotted attributes an assignment target binds."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for e in target.elements for n in _names_of(e.value)}
+    if isinstance(target, cst.StarredElement):
+        return _names_of(target.value)
+    shown = dotted(target)
+    return {shown} if shown is not None else set()
+
+
+def _needed_by_or_is(ctx: Context, statement_node: cst.CSTNode) -> bool:
+    placement = ctx.facts.placement
+    return any(
+        need is statement_node or placement.inside(need, statement_node) for need in ctx.needs
+    )
 
 
 def _home(ctx: Context, prepare_scope: Scope) -> Scope:

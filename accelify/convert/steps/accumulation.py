@@ -43,6 +43,10 @@ def run(ctx: Context) -> None:
             _review_schedulers_stepped_per_optimizer_step(ctx, found.condition, loop, False)
             continue
         steps, unreadable = _steps_where_prepared(ctx, found, loop)
+        withheld = ctx.withheld.get("gradient_accumulation_steps")
+        if steps is not None and withheld is not None:
+            steps, unreadable = None, withheld
+            _review_schedulers_stepped_per_optimizer_step(ctx, found.condition, loop, False)
         if steps is None:
             ctx.plan.review(found.line, f"manual gradient accumulation kept: {unreadable}")
             continue

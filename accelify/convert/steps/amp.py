@@ -16,6 +16,16 @@ def run(ctx: Context) -> None:
     precision = ctx.facts.precision
     if not precision.used:
         return
+    withheld = ctx.withheld.get("mixed_precision")
+    if precision.carried and withheld is not None:
+        # it could be said in one value, but not where the Accelerator is made
+        for autocast in precision.autocasts:
+            ctx.plan.review(ctx.line(autocast.call), f"autocast left as is: {withheld}")
+        for scaler in precision.scalers:
+            ctx.plan.review(
+                scaler.binding.line, f"GradScaler {scaler.binding.name} left as is: {withheld}"
+            )
+        return
     if not precision.carried:
         for autocast in precision.autocasts:
             ctx.plan.review(

@@ -13,7 +13,7 @@ from accelify.edits.node_rewrites import bare_argument
 def run(ctx: Context) -> None:
     # A scaler kept as written (its meaning could not move to the Accelerator) keeps scaling.
     how = {
-        "keep_scaling": not ctx.facts.precision.carried,
+        "keep_scaling": not ctx.precision_carried,
         "scalers": ctx.model.names_of(Kind.SCALER),
     }
     for call in ctx.model.backward_calls:

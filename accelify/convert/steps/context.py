@@ -195,6 +195,13 @@ class Context:
     #: schedulers left out of ``prepare`` because they are stepped both per batch and per
     #: epoch: the line that makes each and its step calls (`scheduler_pace`).
     mixed_pace: dict[str, tuple[int, list[SchedulerStep]]] = field(default_factory=dict)
+    #: constructor arguments kept out of the ``Accelerator(...)`` (``mixed_precision``), each
+    #: with why: the Accelerator cannot read them where it is made, so the step that would
+    #: move a construct into that argument keeps the construct as written, with this line.
+    withheld: dict[str, str] = field(default_factory=dict)
+    #: arguments found this round that the Accelerator cannot read where it is made
+    #: (`accelerator._late_arguments`): the conversion is planned again without them.
+    to_withhold: dict[str, str] = field(default_factory=dict)
     #: statements that go right after the ``Accelerator(...)`` is created.
     after_creation: list[str] = field(default_factory=list)
     #: module-level helpers outside the class that owns ``self.accelerator`` that take it as
@@ -205,6 +212,12 @@ class Context:
     @property
     def facts(self) -> Facts:
         return facts_of(self.model)
+
+    @property
+    def precision_carried(self) -> bool:
+        """The script's AMP moves to ``Accelerator(mixed_precision=...)``: the analysis can say
+        it in one value, and the Accelerator can read that value where it is made."""
+        return self.facts.precision.carried and "mixed_precision" not in self.withheld
 
     @property
     def needs(self) -> list[cst.CSTNode]:
