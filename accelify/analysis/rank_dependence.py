@@ -90,7 +90,11 @@ class RankDependence:
         for ancestor in self.model.ancestors(node):
             if within is not None and ancestor is within:
                 break
-            if isinstance(ancestor, cst.If) and not self.uniform(ancestor.test):
+            if (
+                isinstance(ancestor, cst.If)
+                and not self.model.inside(node, ancestor.test)  # its test: every rank runs it
+                and not self.uniform(ancestor.test)
+            ):
                 found = ancestor
         return found
 
@@ -206,6 +210,8 @@ class RankDependence:
         agreed value is agreed, and a lambda or a comprehension is not followed."""
         follows = agreed_call is not None
         if isinstance(test, cst.Call):
+            if _setting_spelled(test):
+                return True
             return agreed_call is not None and agreed_call(test)
         if follows and isinstance(test, (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.DictComp)):
             return False
@@ -225,6 +231,22 @@ class RankDependence:
                 or test.value.isupper()
             )
         return all(self.uniform(operand, agreed, agreed_call) for operand in operands(test))
+
+
+#: String methods whose result is the same wherever the string and the arguments are.
+_STRING_METHODS = frozenset({"lower", "upper", "casefold", "strip", "startswith", "endswith"})
+
+
+def _setting_spelled(call: cst.Call) -> bool:
+    """``args.mode.lower()``, ``cfg.name.startswith("resnet")``: a setting's string spelled
+    another way, with constant arguments, is the same on every rank."""
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value in _STRING_METHODS
+        and root_name(func.value) in SETTINGS_ROOTS
+        and all(isinstance(arg.value, cst.SimpleString) and not arg.keyword for arg in call.args)
+    )
 
 
 def _is_first_target(target: cst.BaseExpression, name: str) -> bool:

@@ -170,6 +170,11 @@ class ScriptModel:
     loops: list[Loop] = field(default_factory=list)
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     module_classes: set[str] = field(default_factory=set)
+    #: DataLoader subclasses of the file that keep DataLoader's iteration (no ``__iter__`` or
+    #: ``__len__`` of their own): prepare shards them as it does a DataLoader
+    loader_classes: set[str] = field(default_factory=set)
+    #: the others, by name, with the methods of their own that prepare would drop
+    iterating_loader_classes: dict[str, list[str]] = field(default_factory=dict)
     #: the file's module-level classes by name
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     #: what the file's functions and methods receive at their call sites (`objects`)
@@ -1230,6 +1235,12 @@ class _Collector(Visitor):
                 or base_name in self.model.module_classes
             ) and not _prepares_its_own(node):
                 self.model.module_classes.add(node.name.value)
+            if qualified & names.DATALOADERS or base_name in self.model.loader_classes:
+                own = _iterates_its_own(node)
+                if own:
+                    self.model.iterating_loader_classes[node.name.value] = own
+                else:
+                    self.model.loader_classes.add(node.name.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if isinstance(self.model.parent(node), cst.Module):
@@ -1480,7 +1491,7 @@ class _Collector(Visitor):
         local = dotted(call.func)
         if qualified & names.ACCELERATORS:
             return Kind.ACCELERATOR
-        if qualified & names.DATALOADERS:
+        if qualified & names.DATALOADERS or local in self.model.loader_classes:
             return Kind.DATALOADER
         if qualified & names.DDP_WRAPPERS:
             return Kind.WRAPPER
@@ -1578,6 +1589,19 @@ class _Collector(Visitor):
                 evaluates=under_no_grad,
             )
         )
+
+
+def _iterates_its_own(node: cst.ClassDef) -> list[str]:
+    """The methods by which a DataLoader subclass defines how it iterates or counts its
+    batches (``__iter__``, ``__len__``): a prepared loader iterates a plain DataLoader over
+    the same data set, sampler and collate_fn, so those overrides would be lost (its other
+    attributes and methods are read through the prepared loader)."""
+    return [
+        statement.name.value
+        for statement in node.body.body
+        if isinstance(statement, cst.FunctionDef)
+        and statement.name.value in ("__iter__", "__len__", "__next__")
+    ]
 
 
 def _prepares_its_own(node: cst.ClassDef) -> bool:

@@ -9,6 +9,7 @@ the conversion names these places for review instead of rewriting them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -53,10 +54,15 @@ def totals_over_dataset(
 ) -> list[ShardTotal]:
     """Every training loop over a loader (``reads_loader(loop)``) whose ``+=`` total is divided
     by ``len(<that loader>.dataset)`` after the loop, in the same scope, or by a parameter
-    every caller passes the size of the data the loader was made from (`_sizes_passed`)."""
+    every caller passes the size of the data the loader was made from (`_sizes_passed`). A
+    loop trains when its body runs a backward, or calls a function of the file that does
+    (``history["loss"].append(train_step(x, y))`` of a closure a factory made): its values are
+    one rank's shard alike."""
     found = []
     for loop in model.loops:
-        if not loop.trains or loop.iterable is None or not reads_loader(loop):
+        if loop.iterable is None or not reads_loader(loop):
+            continue
+        if not (loop.trains or graph.trains_through_calls(loop.node)):
             continue
         totals = _summed_in(loop)
         found += divided_by_set_size(model, placement, graph, loop, totals)
@@ -76,6 +82,9 @@ def _lists_averaged(model: ScriptModel, placement: Placement, loop: Loop) -> lis
         if not isinstance(node, (cst.BinaryOperation, cst.Call)):
             continue
         listed = list_mean(model, node, loop.iterable)
+        each = None  # the comprehension's name for each list (``v``), where it is one
+        if listed is not None and listed not in appended:
+            each, listed = listed, _each_list_of(model, node, listed, appended)
         if listed is None or listed not in appended:
             continue
         if not (
@@ -85,8 +94,41 @@ def _lists_averaged(model: ScriptModel, placement: Placement, loop: Loop) -> lis
         ):
             continue
         code = model.module.code_for_node(node)
+        if each is not None:  # ``np.mean(v)`` said of the list: ``np.mean(metrics['loss'])``
+            code = re.sub(rf"(?<![\w.]){re.escape(each)}(?!\w)", listed.replace("\\", r"\\"), code)
         found.append(ShardTotal(loop, listed, node, node, over_batches=True, mean=code))
     return found
+
+
+def _each_list_of(
+    model: ScriptModel, node: cst.CSTNode, name: str, appended: set[str]
+) -> str | None:
+    """``{k: np.mean(v) for k, v in metrics.items()}`` (or ``for v in metrics.values()``)
+    where the loop appends to ``metrics["train_loss"]``: ``v`` is each list of ``metrics`` in
+    turn, that one among them. The first such list, or None."""
+    for ancestor in model.ancestors(node):
+        if not isinstance(ancestor, (cst.DictComp, cst.ListComp, cst.GeneratorExp)):
+            continue
+        for_in = ancestor.for_in
+        call = for_in.iter
+        if not (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("items", "values")
+            and not call.args
+        ):
+            continue
+        held = dotted(call.func.value)
+        target = for_in.target
+        if call.func.attr.value == "items":
+            if not (isinstance(target, cst.Tuple) and len(target.elements) == 2):
+                continue
+            target = target.elements[1].value
+        if held is None or not (isinstance(target, cst.Name) and target.value == name):
+            continue
+        lists = sorted(a for a in appended if a.startswith(f"{held}["))
+        return lists[0] if lists else None
+    return None
 
 
 def _lists_averaged_elsewhere(

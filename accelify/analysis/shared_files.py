@@ -1045,12 +1045,14 @@ class SharedFiles:
         node: cst.CSTNode,
         depth: int = 0,
         decided_alike: Callable[[cst.If], bool] | None = None,
+        outside: bool = False,
     ) -> cst.If | None:
         """The ``if`` the ranks may disagree on that ``node`` runs under: in its function, or
         around a call of that function (by name, or ``self.method()`` in its class), so far as
         the file shows. None: every rank that runs the function's callers gets there.
         ``decided_alike`` names the branches every rank decides alike though their tests read
-        values this rank computed (a metric the conversion gathers)."""
+        values this rank computed (a metric the conversion gathers). With ``outside``, a
+        method's calls from outside its class count too (`_calls_of`)."""
         function = self.placement.enclosing_function(node)
         branch = self._ranks.divergent_branch(node, within=function)
         if branch is not None and decided_alike is not None:
@@ -1060,6 +1062,7 @@ class SharedFiles:
                     break
                 if (
                     isinstance(ancestor, cst.If)
+                    and not self.model.inside(node, ancestor.test)
                     and not self._ranks.uniform(ancestor.test)
                     and not decided_alike(ancestor)
                 ):
@@ -1067,7 +1070,10 @@ class SharedFiles:
         if branch is not None:
             return branch
         return self._first_at_callers(
-            function, depth, lambda call, deeper: self.divergent_around(call, deeper, decided_alike)
+            function,
+            depth,
+            lambda call, deeper: self.divergent_around(call, deeper, decided_alike, outside),
+            outside,
         )
 
     def parting_before(
@@ -1075,6 +1081,7 @@ class SharedFiles:
         node: cst.CSTNode,
         depth: int = 0,
         decided_alike: Callable[[cst.If], bool] | None = None,
+        outside: bool = False,
     ) -> cst.If | cst.ExceptHandler | None:
         """Where some ranks may never get to ``node`` though no branch the ranks disagree on
         holds it: an ``except`` block around it, or a stop this rank may take alone above it
@@ -1089,6 +1096,8 @@ class SharedFiles:
         for test, stop in self._ranks.per_process_stops():
             if self.model.order(test) >= order or (decided_alike and decided_alike(test)):
                 continue
+            if self.model.inside(node, test.test):
+                continue  # ``if any(cb(loss) for cb in callbacks): break``: run before the stop
             if isinstance(stop, cst.Return):
                 if function is not None and self.placement.enclosing_function(test) is function:
                     return test
@@ -1097,31 +1106,58 @@ class SharedFiles:
             if loop is not None and self.model.inside(node, loop):
                 return test  # ``continue`` skips it this time, ``break`` every time after
         return self._first_at_callers(
-            function, depth, lambda call, deeper: self.parting_before(call, deeper, decided_alike)
+            function,
+            depth,
+            lambda call, deeper: self.parting_before(call, deeper, decided_alike, outside),
+            outside,
         )
+
+    def barrier_unreached(
+        self, places: list[cst.CSTNode], decided_alike: Callable[[cst.If], bool] | None = None
+    ) -> cst.If | cst.ExceptHandler | None:
+        """Why some ranks may never get to one of ``places`` (where barriers would go): an
+        ``except`` block, a stop this rank may take alone, or a branch the ranks may decide
+        differently, in its function or around any call of it in this file (a method's calls
+        from other classes too: ``if logs["train_loss"] < self.best:
+        trainer._save_checkpoint(path)`` in a callback). None: every rank reaches each. A
+        barrier is only ever inserted where this is None; elsewhere it would wait for ranks
+        that never come."""
+        for place in places:
+            found = self.parting_before(place, decided_alike=decided_alike, outside=True)
+            if found is None:
+                found = self.divergent_around(place, decided_alike=decided_alike, outside=True)
+            if found is not None:
+                return found
+        return None
 
     def _first_at_callers(
         self,
         function: cst.FunctionDef | None,
         depth: int,
         find: Callable[[cst.Call, int], _Found | None],
+        outside: bool = False,
     ) -> _Found | None:
         """What ``find`` sees first around a call of ``function`` in this file: a rank reaches
         the function's body only through one of its calls, so what holds a call holds the body
         too (``_MAX_DEPTH`` calls up at most)."""
         if function is None or depth >= _MAX_DEPTH:
             return None
-        for call in self._calls_of(function):
+        for call in self._calls_of(function, outside):
             found = find(call, depth + 1)
             if found is not None:
                 return found
         return None
 
-    def _calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
+    def _calls_of(self, function: cst.FunctionDef, outside: bool = False) -> list[cst.Call]:
+        """The calls through which a rank may run ``function``: for a method, ``self.name()``
+        in its class; with ``outside``, also the calls from outside it
+        (``trainer._save_checkpoint(path)`` in a callback, resolved or only possibly the
+        method's): a barrier or a collective inside the method is reached by some ranks only
+        when any of them is."""
         owner = self.placement.class_of(function)
         if owner is None:
             return self.placement.callers(function)
-        return [
+        inside = [
             call
             for call in self.model.calls
             if isinstance(call.func, cst.Attribute)
@@ -1129,6 +1165,15 @@ class SharedFiles:
             and dotted(call.func.value) == "self"
             and self.placement.class_of(call) is owner
         ]
+        if not outside:
+            return inside
+        graph = self.model.call_graph
+        others = [
+            call
+            for call in [*graph.callers(function), *graph.uncertain_callers(function)]
+            if self.placement.class_of(call) is not owner
+        ]
+        return list(dict.fromkeys([*inside, *others]))
 
     def _divergent(self, statement: cst.CSTNode) -> cst.CSTNode | None:
         return self.divergent_around(statement)

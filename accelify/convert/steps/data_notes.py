@@ -34,6 +34,7 @@ def run(ctx: Context) -> None:
     _printed_training_folds(ctx, summed)
     _passes_counted(ctx)
     _loader_dicts_made_before_the_prepare(ctx)
+    _loaders_that_iterate_their_own_way(ctx)
     noted = False
     for loop in ctx.model.loops:
         unprepared = _trained_unprepared(ctx, loop) if loop.trains else []
@@ -293,6 +294,40 @@ def _assigned_to_grad(ctx: Context, call: cst.Call, scope: cst.CSTNode) -> bool:
     )
 
 
+def _loaders_that_iterate_their_own_way(ctx: Context) -> None:
+    """A training loop over an instance of a DataLoader subclass of the file with its own
+    ``__iter__``/``__len__``: a prepared loader iterates a plain DataLoader over the same data
+    set, so prepare would drop what the subclass does to its batches; the analysis leaves it
+    unprepared (not a DataLoader to it), and the review says so and how to shard it."""
+    classes = ctx.model.iterating_loader_classes
+    if not classes:
+        return
+    made = {
+        target: dotted(assign.value.func)
+        for assign in ctx.model.assignments
+        if isinstance(assign, cst.Assign)
+        and isinstance(assign.value, cst.Call)
+        and dotted(assign.value.func) in classes
+        for target in target_names(assign.targets[0].target)
+    }
+    for loop in ctx.model.loops:
+        name = loop.iterable
+        if name not in made or not (loop.trains or ctx.facts.calls.trains_through_calls(loop.node)):
+            continue
+        cls = made[name]
+        own = ", ".join(f"{m}()" for m in classes[cls])  # type: ignore[index]
+        ctx.plan.review(
+            ctx.line(loop.node),
+            f"this training loop reads {name}, a {cls}: a DataLoader subclass with its own "
+            f"{own}, which a prepared loader (a plain DataLoader over the same data set) would "
+            "not run, so it is not prepared: every rank trains on all of it (correct, not "
+            "data-parallel); to shard it, move what that method does into the data set or a "
+            "collate_fn and prepare the loader, or give it a sampler of this rank's share "
+            "(DistributedSampler(dataset, num_replicas=accelerator.num_processes, "
+            "rank=accelerator.process_index))",
+        )
+
+
 def _reads(value: cst.BaseExpression, found: set[str]) -> bool:
     return any(isinstance(n, cst.Name) and n.value in found for n in walk(value))
 
@@ -326,6 +361,8 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
         if found.over_batches:
             mean = found.mean or f"{found.total} / {ctx.code(found.divisor)}"
             reduced = found.mean or found.total
+            # a backward in the body, or in a function it calls (a factory's train_step)
+            trains = found.loop.trains or ctx.facts.calls.trains_through_calls(found.loop.node)
             ctx.plan.review(
                 ctx.line(found.division),
                 f"{mean} is the mean of this rank's batches "
@@ -333,11 +370,11 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
                 "mean, not the whole set's; "
                 + (
                     _list_gathered(ctx, found.total, found.mean)
-                    if found.loop.trains and found.mean is not None
+                    if trains and found.mean is not None
                     else "for the whole set's, reduce it on every rank after the loop (each "
                     "rank has as many batches): "
                     f"{_across_ranks(ctx, found.division, reduced, 'mean')}"
-                    if found.loop.trains  # a collective per training step would cost more
+                    if trains  # a collective per training step would cost more
                     else "gather each batch's values with "
                     f"{ctx.a_at(found.division, 'gather_for_metrics')} "
                     "before summing them for the whole set's"

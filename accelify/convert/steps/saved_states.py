@@ -271,7 +271,8 @@ def _where_ranks_part(
         return "under a rank test", ", before that test"
 
     decided_alike = ctx.agreed.branch_agreed
-    parted = ctx.facts.shared_files.parting_before(state, decided_alike=decided_alike)
+    # a method's calls from other classes too: ``get_state_dict`` is a collective there
+    parted = ctx.facts.shared_files.parting_before(state, decided_alike=decided_alike, outside=True)
     if isinstance(parted, cst.ExceptHandler):
         return (
             f"in an `except` block (line {ctx.line(parted)}), which some ranks may enter",
@@ -283,7 +284,9 @@ def _where_ranks_part(
             "leave alone",
             ", before that test",
         )
-    branch = ctx.facts.shared_files.divergent_around(state, decided_alike=decided_alike)
+    branch = ctx.facts.shared_files.divergent_around(
+        state, decided_alike=decided_alike, outside=True
+    )
     if branch is not None:
         return (
             f"under `{ctx.code(branch.test)}` (line {ctx.line(branch)}), which the ranks may "

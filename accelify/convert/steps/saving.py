@@ -41,9 +41,16 @@ def run(ctx: Context) -> None:
         if ctx.facts.shared_files.kept_on_every_rank(call):
             continue  # a per-process path read back: each rank saves its own file
         barriers = []
+        unreached = None
         parted = ctx.facts.shared_files.parting_before(call, decided_alike=ctx.agreed.branch_agreed)
         if not ctx.facts.ranks.under_rank_guard(call) and parted is None:
             barriers = ctx.facts.ranks.barrier_places(line_statement)
+            unreached = ctx.facts.shared_files.barrier_unreached(
+                barriers, decided_alike=ctx.agreed.branch_agreed
+            )
+            if unreached is not None:
+                barriers = []
+                _review_no_barrier(ctx, call, unreached)
         outside = ctx.instance_outside_class(call)
         if outside is not None:
             _save_through_instance(ctx, call, outside, barriers)
@@ -56,7 +63,8 @@ def run(ctx: Context) -> None:
             line=ctx.line(call),
             text=f"torch.save -> {ctx.a('save')} (main process only)"
             + _waits_first(ctx, call, barriers, ctx.acc)
-            + _no_barrier_in(ctx, parted),
+            + _no_barrier_in(ctx, parted)
+            + (", with no barrier before it (see the review line)" if unreached else ""),
         )
         ctx.need(call)
         for anchor in barriers:
@@ -221,9 +229,7 @@ def _wait_after_an_object_save(
         and converted
         and saves_guarded(saver.module, saver.class_name, ctx.options.converted_with)
     )
-    if line is None or ctx.facts.shared_files.parting_before(
-        call, decided_alike=ctx.agreed.branch_agreed
-    ):
+    if line is None or _barriers_unreached(ctx, call, line):
         kept = f" ({module}'s save is left on every rank too)" if converted else ""
         ctx.plan.review(
             ctx.line(call),
@@ -281,6 +287,18 @@ def _wait_after_an_object_save(
         )
 
 
+def _barriers_unreached(ctx: Context, call: cst.Call, line: cst.CSTNode) -> bool:
+    """A rank may leave before ``call``, or never reach a place its barriers would go (they
+    go around the branch the ranks may disagree on, which itself may be reached by some ranks
+    only, through a caller under a rank test)."""
+    decided_alike = ctx.agreed.branch_agreed
+    files = ctx.facts.shared_files
+    return bool(
+        files.parting_before(call, decided_alike=decided_alike)
+        or files.barrier_unreached(ctx.facts.ranks.barrier_places(line), decided_alike)
+    )
+
+
 def _saved_once(ctx: Context, call: cst.Call, name: str, saver: StateSaver) -> bool:
     """A call of a sibling module's function that saves a model's state (`StateSaver`), a
     statement of its own that every rank reaches: it runs on the main process only, between
@@ -292,8 +310,8 @@ def _saved_once(ctx: Context, call: cst.Call, name: str, saver: StateSaver) -> b
     line = project.own_line(ctx.model, call)
     if line is None:
         return False
-    if ctx.facts.shared_files.parting_before(call, decided_alike=ctx.agreed.branch_agreed):
-        return False  # a rank that left early would never reach the barriers
+    if _barriers_unreached(ctx, call, line):
+        return False  # a rank that left early, or skips a branch, would never reach them
     acc = ctx.accelerator_at(line)
     # around the outermost branch the ranks may disagree on, where there is one (`barrier_places`)
     places = ctx.facts.ranks.barrier_places(line)
@@ -477,6 +495,27 @@ def _save_through_instance(
         text=f"torch.save -> {acc}.save (main process only)"
         + _waits_first(ctx, call, barriers, acc),
         anywhere=True,
+    )
+
+
+def _review_no_barrier(ctx: Context, call: cst.Call, parted: cst.If | cst.ExceptHandler) -> None:
+    """The save runs on the main process with no barrier before it, as some ranks may never
+    reach the place the barrier would go: say what that leaves to the user."""
+    ctx.plan.review(
+        ctx.line(call),
+        f"this save runs on the main process with no barrier before it{_where_parted(ctx, parted)}"
+        ": a wait_for_everyone() there would wait for ranks that never come (a hang); "
+        "before any rank reads this file back, call it where every rank runs it (after the "
+        "branch, or before the call that every rank makes)",
+    )
+
+
+def _where_parted(ctx: Context, parted: cst.If | cst.ExceptHandler) -> str:
+    if isinstance(parted, cst.ExceptHandler):
+        return f": the `except` block (line {ctx.line(parted)}) may be entered by one rank alone"
+    return (
+        f": it is reached under or after `{ctx.code(parted.test)}` (line {ctx.line(parted)}), "
+        "which the ranks may decide differently"
     )
 
 
