@@ -670,8 +670,13 @@ def run_devices(ctx: Context) -> None:
         if overridden is not None:
             _review_overridden_field(ctx, binding, overridden)
             continue
-        # a string the script reads as one stays one
-        as_string = _is_string(binding.value) and read_as_string(ctx.model, binding.name)
+        # a string the script reads as one stays one: a literal, or a parameter its callers
+        # (and its default) hand only strings (``self.device = device`` of ``device="cpu"``,
+        # read as ``self.device.split(":")`` in another method)
+        as_string = read_as_string(ctx.model, binding.name) and (
+            _is_string(binding.value)
+            or (isinstance(binding.value, cst.Name) and _values_of(ctx, binding) == {"str"})
+        )
         device = f"str({ctx.a('device')})" if as_string else ctx.a("device")
         if _unpacked(binding):
             # ``device, device_ids = prepare_device(n_gpu)``: the call stays (it also makes the
