@@ -182,6 +182,24 @@ class OrAlso:
 
 
 @dataclass(frozen=True)
+class OnlyWhere:
+    """``value`` -> ``value if test else True`` (``disable=args.quiet`` -> ``disable=args.quiet
+    if accelerator.is_local_main_process else True``): where ``test`` holds, what the script
+    asked for holds exactly (``None``, tqdm's own test of the terminal, stays ``None``, which
+    ``value or ...`` would turn into ``False``). For a ``value`` that only reads: one that
+    binds or calls must run on every process (``OrAlso``)."""
+
+    test: str
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.BaseExpression)
+        body = updated
+        if isinstance(body, cst.IfExp | cst.Lambda) and not body.lpar:
+            body = body.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return cst.IfExp(test=expression(self.test), body=body, orelse=cst.Name("True"))
+
+
+@dataclass(frozen=True)
 class MovedTo:
     """``torch.randn(64, nz)`` -> ``torch.randn(64, nz).to(device)``: the call runs as written,
     its result is moved."""

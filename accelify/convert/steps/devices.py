@@ -670,8 +670,13 @@ def run_devices(ctx: Context) -> None:
         if overridden is not None:
             _review_overridden_field(ctx, binding, overridden)
             continue
-        # a string the script reads as one stays one
-        as_string = _is_string(binding.value) and read_as_string(ctx.model, binding.name)
+        # a string the script reads as one stays one: a literal, or a parameter its callers
+        # (and its default) hand only strings (``self.device = device`` of ``device="cpu"``,
+        # read as ``self.device.split(":")`` in another method)
+        as_string = read_as_string(ctx.model, binding.name) and (
+            _is_string(binding.value)
+            or (isinstance(binding.value, cst.Name) and _values_of(ctx, binding) == {"str"})
+        )
         device = f"str({ctx.a('device')})" if as_string else ctx.a("device")
         if _unpacked(binding):
             # ``device, device_ids = prepare_device(n_gpu)``: the call stays (it also makes the
@@ -702,12 +707,12 @@ def run_devices(ctx: Context) -> None:
             )
             _review_chosen_by_flags(ctx, binding, acc)
             if acc != ctx.acc:
-                _device_types(ctx, binding, as_string)
+                _device_types(ctx, binding, as_string, converted=True)
                 if not as_string:
                     _index_reads(ctx, binding, acc)
                 continue
         ctx.need(binding.statement)
-        _device_types(ctx, binding, as_string)
+        _device_types(ctx, binding, as_string, converted=ctx.plan.reaches(binding.statement))
         if not as_string:
             _index_reads(ctx, binding, ctx.acc)
         if not as_string:
@@ -912,17 +917,32 @@ def _is_member_or_keyword(ctx: Context, node: cst.Name) -> bool:
 _DEVICE_TYPES = ("cuda", "cpu", "mps", "xpu", "npu", "hpu")
 
 
-def _device_types(ctx: Context, binding: Binding, as_string: bool) -> None:
+def _device_types(ctx: Context, binding: Binding, as_string: bool, converted: bool) -> None:
     """Where the script reads the device as a device type's name (``device == "cuda"``,
     ``torch.autocast(device_type=device)``), it reads the type of this rank's device: ``.type``
     of the torch.device; of a device kept a string (``str(accelerator.device)``, ``"cuda:1"``
     on rank 1, because the script also reads it as one: ``"cuda" in device``),
     ``torch.device(device).type``, since ``"cuda:1" == "cuda"`` is false and autocast refuses
-    ``"cuda:1"``. Left alone where the file has no ``torch`` to call."""
-    if as_string and ctx.model.imports.bound.get("torch") != "torch":
+    ``"cuda:1"``. Left alone where the file has no ``torch`` to call. A device the conversion
+    leaves as it is (``converted`` false: no accelerator reaches it) is not followed into the
+    functions it is handed to as a parameter: there it is still the script's string."""
+    if as_string and not _has_torch(ctx):
         return
-    _compare_device_types(ctx, binding.name, binding.scope, as_string)
-    _device_type_arguments(ctx, binding.name, binding.scope, as_string)
+    statement = binding.statement if converted else None
+    _compare_device_types(ctx, binding.name, binding.scope, as_string, statement)
+    _device_type_arguments(ctx, binding.name, binding.scope, as_string, statement)
+
+
+def _has_torch(ctx: Context) -> bool:
+    return ctx.model.imports.bound.get("torch") == "torch"
+
+
+def _either(read: str) -> str:
+    """Why ``torch.device(read).type``: the type of a string and of a torch.device alike."""
+    return (
+        f"{read} is a string at some of the calls that hand it (a literal, or a call above "
+        "the device's line) and this rank's torch.device at the others"
+    )
 
 
 def _type_of(read: str, as_string: bool) -> str:
@@ -930,7 +950,11 @@ def _type_of(read: str, as_string: bool) -> str:
 
 
 def _compare_device_types(
-    ctx: Context, name: str, scope: cst.CSTNode, as_string: bool = False
+    ctx: Context,
+    name: str,
+    scope: cst.CSTNode,
+    as_string: bool = False,
+    binding: cst.CSTNode | None = None,
 ) -> None:
     """``device == "cuda"`` once ``device`` is a torch.device: a torch.device never equals a
     string, so the test would always be false (a CUDA-only branch silently skipped on GPUs);
@@ -945,24 +969,26 @@ def _compare_device_types(
         pairs = ((node.left, target.comparator), (target.comparator, node.left))
         for side, other in pairs:
             read = dotted(side)
-            if (
-                isinstance(other, cst.SimpleString)
-                and other.evaluated_value in _DEVICE_TYPES
-                and _reads_binding(ctx, node, read, name, scope)
-            ):
-                typed = _type_of(read, as_string)  # type: ignore[arg-type]
-                ctx.plan.replace(
-                    side,
-                    Swap(typed),
-                    ctx.line(node),
-                    f"{ctx.code(node)} -> {typed}: "
-                    + (
-                        f'{read} is this rank\'s device ("cuda:1"), not its type'
-                        if as_string
-                        else "a torch.device never equals a string"
-                    ),
-                    anywhere=True,
-                )
+            if not (isinstance(other, cst.SimpleString) and other.evaluated_value in _DEVICE_TYPES):
+                continue
+            seen = _reads_binding(ctx, node, read, name, scope, binding)
+            if seen == _NOT or (seen == _EITHER and not _has_torch(ctx)):
+                continue
+            typed = _type_of(read, as_string or seen == _EITHER)  # type: ignore[arg-type]
+            ctx.plan.replace(
+                side,
+                Swap(typed),
+                ctx.line(node),
+                f"{ctx.code(node)} -> {typed}: "
+                + (
+                    _either(read)  # type: ignore[arg-type]
+                    if seen == _EITHER
+                    else f'{read} is this rank\'s device ("cuda:1"), not its type'
+                    if as_string
+                    else "a torch.device never equals a string"
+                ),
+                anywhere=True,
+            )
 
 
 #: calls whose first positional argument is a device type's name (``"cuda"``), not a device
@@ -970,7 +996,11 @@ _TYPE_NAMED_FIRST = ("autocast", "GradScaler")
 
 
 def _device_type_arguments(
-    ctx: Context, name: str, scope: cst.CSTNode, as_string: bool = False
+    ctx: Context,
+    name: str,
+    scope: cst.CSTNode,
+    as_string: bool = False,
+    binding: cst.CSTNode | None = None,
 ) -> None:
     """``torch.autocast(device_type=device)`` (also ``torch.autocast(device)``,
     ``torch.amp.GradScaler(device)``) once ``device`` is a torch.device: these take a device
@@ -985,36 +1015,67 @@ def _device_type_arguments(
                 keyword is None and position == 0 and callee in _TYPE_NAMED_FIRST
             )
             read = dotted(argument.value)
-            if named and _reads_binding(ctx, call, read, name, scope):
-                typed = _type_of(read, as_string)  # type: ignore[arg-type]
-                ctx.plan.replace(
-                    argument.value,
-                    Swap(typed),
-                    ctx.line(call),
-                    f"{callee}({keyword + '=' if keyword else ''}{read}) -> {typed}: it "
-                    "takes a device type's name, and the device is "
-                    + ('this rank\'s now ("cuda:1")' if as_string else "a torch.device now"),
-                    anywhere=True,
-                    # the call rewritten, or its statement removed (a scaler the Accelerator's
-                    # replaces): the summary lists only edits that remain
-                    gives_way_to=[call, ctx.statement_of(call)],
-                )
+            seen = _reads_binding(ctx, call, read, name, scope, binding) if named else _NOT
+            if seen == _NOT or (seen == _EITHER and not _has_torch(ctx)):
+                continue
+            typed = _type_of(read, as_string or seen == _EITHER)  # type: ignore[arg-type]
+            ctx.plan.replace(
+                argument.value,
+                Swap(typed),
+                ctx.line(call),
+                f"{callee}({keyword + '=' if keyword else ''}{read}) -> {typed}: it "
+                "takes a device type's name, and "
+                + (
+                    _either(read)  # type: ignore[arg-type]
+                    if seen == _EITHER
+                    else 'the device is this rank\'s now ("cuda:1")'
+                    if as_string
+                    else "the device is a torch.device now"
+                ),
+                anywhere=True,
+                # the call rewritten, or its statement removed (a scaler the Accelerator's
+                # replaces): the summary lists only edits that remain
+                gives_way_to=[call, ctx.statement_of(call)],
+            )
+
+
+#: how a read sees the device binding: not at all, always as this rank's torch.device, or
+#: handed it at some calls and the script's own string (a call above the binding) at others
+_NOT, _DEVICE, _EITHER = 0, 1, 2
 
 
 def _reads_binding(
-    ctx: Context, node: cst.CSTNode, read: str | None, name: str, scope: cst.CSTNode
-) -> bool:
+    ctx: Context,
+    node: cst.CSTNode,
+    read: str | None,
+    name: str,
+    scope: cst.CSTNode,
+    binding: cst.CSTNode | None = None,
+) -> int:
     """``read`` (a name or attribute path, at ``node``) is the device ``name`` that ``scope``
-    binds: the same name it sees, or an attribute of the same object under another name
+    binds (at ``binding``): the same name it sees, or the same object under another name
     (``cfg.device`` in ``evaluate(model, loader, cfg)`` that ``main`` calls with its ``args``
-    after ``args.device = accelerator.device``)."""
+    after ``args.device = accelerator.device``; ``device_name`` of ``def amp(device_name)``
+    that ``main`` calls with its ``device``). ``_EITHER`` where a call hands it above the
+    binding too, while it is still the script's string (``banner(args)`` before
+    ``args.device = ...``)."""
     if read is None:
-        return False
-    if read == name:
-        return _sees_binding(ctx, node, name, scope)
-    if "." not in name or "." not in read or read.split(".", 1)[1] != name.split(".", 1)[1]:
-        return False
-    return _handed_the_binding(ctx, node, read, name, scope, depth=3)
+        return _NOT
+    if read == name and (
+        ctx.model.scope_of(node) is scope
+        or ("." not in name and _sees_binding(ctx, node, name, scope))
+    ):
+        return _DEVICE
+    if ("." in name) != ("." in read):
+        return _NOT
+    if "." in name and read.split(".", 1)[1] != name.split(".", 1)[1]:
+        return _NOT
+    if "." not in name and binding is None:
+        return _NOT  # a device left as it is: what a function is handed is still the string
+    before: list[bool] = []
+    if not _handed_the_binding(ctx, node, read, name, scope, 3, binding, before):
+        return _NOT
+    return _EITHER if any(before) else _DEVICE
 
 
 def _sees_binding(ctx: Context, node: cst.CSTNode, name: str, scope: cst.CSTNode) -> bool:
@@ -1023,28 +1084,46 @@ def _sees_binding(ctx: Context, node: cst.CSTNode, name: str, scope: cst.CSTNode
     if ctx.model.scope_of(node) is scope:
         return True
     if "." in name:
-        return _handed_the_binding(ctx, node, name, name, scope, depth=3)
+        return _handed_the_binding(ctx, node, name, name, scope, 3, None, [])
     if not isinstance(scope, cst.Module):
         return False
     return sees_binding(ctx.model, node, name, scope)  # a parameter of that name is the caller's
 
 
 def _handed_the_binding(
-    ctx: Context, node: cst.CSTNode, read: str, name: str, scope: cst.CSTNode, depth: int
+    ctx: Context,
+    node: cst.CSTNode,
+    read: str,
+    name: str,
+    scope: cst.CSTNode,
+    depth: int,
+    binding: cst.CSTNode | None,
+    before: list[bool],
 ) -> bool:
     """``args.device`` read (as ``read``) in ``train(model, loader, args)`` after ``main`` set
     ``args.device = accelerator.device`` (``name``, in ``scope``) and handed ``train`` its
     ``args`` at every call of it (followed up to ``depth`` calls back, a renamed parameter too:
     ``train(cfg)`` of ``def train(args)``): the same object, so the same torch.device, which an
-    ``autocast(device_type=args.device)`` there refuses. Also ``self.device`` read in another
+    ``autocast(device_type=args.device)`` there refuses; so is a parameter handed the device
+    itself (``amp(device)`` of ``def amp(device_name)``). Also ``self.device`` read in another
     method of the class whose ``__init__`` set it, when nothing else in the class sets it. A
-    function that sets the attribute, or rebinds its object, reads its own."""
+    function that sets the attribute, or rebinds its object, reads its own. A call in the
+    binding's scope above the binding hands the script's own value: ``before`` records it."""
     if ctx.model.scope_of(node) is scope:
+        if read == name and binding is not None and ctx.line(node) < ctx.line(binding):
+            before.append(True)
         return read == name
+    if (
+        "." not in name
+        and read == name
+        and isinstance(scope, cst.Module)
+        and sees_binding(ctx.model, node, name, scope)
+    ):
+        return True  # a module-level device a function reads, handed on from there
     function = ctx.facts.placement.enclosing_function(node)
     if function is None or depth == 0:
         return False
-    root, path = read.split(".", 1)
+    root, _, path = read.partition(".")
     owner = ctx.facts.placement.class_of(function)
     if owner is not None and root == self_parameter(function):
         return (
@@ -1066,11 +1145,25 @@ def _handed_the_binding(
         for bound, argument in bound_arguments(function, call, implicit)
         if bound == root
     ]
-    return bool(passed) and all(
-        dotted(value) is not None
-        and _handed_the_binding(ctx, call, f"{dotted(value)}.{path}", name, scope, depth - 1)
-        for value, call in passed
-    )
+    if not passed:
+        return False
+    for value, call in passed:
+        if not path and _is_string(value):
+            before.append(True)  # ``amp("cpu")`` beside ``amp(device)``: a string here
+            continue
+        handed = dotted(value)
+        if handed is None or not _handed_the_binding(
+            ctx,
+            call,
+            f"{handed}.{path}" if path else handed,
+            name,
+            scope,
+            depth - 1,
+            binding,
+            before,
+        ):
+            return False
+    return True
 
 
 def _sets(under: cst.CSTNode, name: str) -> int:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
-from accelify.edits.node_rewrites import OrAlso, Swap, WithKeyword
+from accelify.edits.node_rewrites import OnlyWhere, OrAlso, Swap, WithKeyword
 
 
 def run(ctx: Context) -> None:
@@ -86,6 +86,8 @@ def _disable_on_other_processes_too(ctx: Context, call: cst.Call, argument: cst.
         value,
         Swap(f"not {acc}.is_local_main_process")
         if is_false
+        else OnlyWhere(f"{acc}.is_local_main_process")
+        if _only_reads(value)
         else OrAlso(f"not {acc}.is_local_main_process"),
         ctx.line(call),
         f"progress bar shown on the local main process only ({ctx.code(value)} still turns it off)"
@@ -95,6 +97,13 @@ def _disable_on_other_processes_too(ctx: Context, call: cst.Call, argument: cst.
     )
     if acc == ctx.acc:
         ctx.need(call)
+
+
+def _only_reads(value: cst.BaseExpression) -> bool:
+    """``args.quiet``, ``not args.progress``, ``args.verbose == 0``: no call, no walrus, so
+    it may go unevaluated on the other processes (``args.no_bar`` may be ``None``: tqdm's test
+    of the terminal, kept on the main process only by a ternary, not by ``or``)."""
+    return not any(isinstance(node, cst.Call | cst.NamedExpr | cst.Lambda) for node in walk(value))
 
 
 def _guard_partial_print(ctx: Context, call: cst.Call) -> None:
