@@ -3209,7 +3209,7 @@ def evaluates_each_batch(loop: Loop, model: ScriptModel) -> bool:
     source = loop.node.iter
     if isinstance(source, cst.Call) and dotted(source.func) == "enumerate" and source.args:
         source = source.args[0].value
-    if isinstance(source, cst.Call) and dotted(source.func) in ("range", "tqdm.trange", "trange"):
+    if isinstance(source, cst.Call) and dotted(source.func) in {"range", "trange", *names.TRANGE}:
         return False
     return any(
         isinstance(statement, cst.With) and model.disables_grad(statement)

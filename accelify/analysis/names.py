@@ -206,9 +206,12 @@ BARRIER = {"torch.distributed.barrier"}
 GET_RANK = {"torch.distributed.get_rank"}
 GET_WORLD_SIZE = {"torch.distributed.get_world_size"}
 SET_CUDA_DEVICE = {"torch.cuda.set_device"}
-TQDM = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange"}
+_TQDM_MODULES = ("tqdm", "tqdm.auto", "tqdm.notebook", "tqdm.std")
+#: ``trange(n)`` is ``tqdm(range(n))``, from whichever of tqdm's modules it is imported
+TRANGE = {f"{module}.trange" for module in _TQDM_MODULES}
+TQDM = {f"{module}.tqdm" for module in _TQDM_MODULES} | TRANGE
 #: ``tqdm.write(...)`` prints a line (above the bars) on every rank, as ``print`` does.
-PRINT = {"builtins.print", *(f"{bar}.write" for bar in TQDM - {"tqdm.trange"})}
+PRINT = {"builtins.print", *(f"{bar}.write" for bar in TQDM - TRANGE)}
 #: ``pprint.pprint(config)`` prints on every rank too, in a format ``accelerator.print`` would
 #: not keep; so does the ``pprint`` method of a ``pprint.PrettyPrinter(...)``.
 PPRINT = {"pprint.pprint", "pprint.pp"}

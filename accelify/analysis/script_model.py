@@ -1177,7 +1177,7 @@ def _loops_trained(model: ScriptModel) -> None:
 
 
 #: Loops over counts (epochs, steps), whose batches come from elsewhere.
-_COUNTING = frozenset({"range", "tqdm.trange", "trange"})
+_COUNTING = frozenset({"range", "trange", *names.TRANGE})
 
 
 def _grad_off_in_body(model: ScriptModel, loop: Loop) -> bool:
