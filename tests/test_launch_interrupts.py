@@ -4,6 +4,8 @@ alike (issue 20)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -39,6 +41,9 @@ WAITS_IN_A_BARRIER = textwrap.dedent(
     accelerator.wait_for_everyone()
     """
 )
+
+#: fcntl's option that sizes a pipe (Linux; Python 3.10's fcntl names it)
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 FRESH = pytest.mark.parametrize("fresh", ["0", "1"], ids=["forked", "fresh"])
 
@@ -165,3 +170,92 @@ def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path:
     assert sorted(p.name for p in removed) == sorted([names["gone"], names["gone_ranks"]])
     left = {p.name for p in tmp_path.iterdir()}
     assert left == {names["live"], names["other_namespace"], names["other_kind"], gone + "file"}
+
+
+def _processes_of_the_run(tag: str) -> list[int]:
+    """The live processes whose environment carries ``tag``: every process the launcher starts
+    (the template, the rank clients, the ranks, fresh or forked) inherits its environment."""
+    found = []
+    marker = f"ACCELIFY_TEST_RUN={tag}".encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environment = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environment.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.distributed
+@FRESH
+def test_a_launcher_killed_by_sigkill_leaves_no_process_of_its_run(
+    fresh: str, tmp_path: Path
+) -> None:
+    """SIGKILL runs nothing of the launcher's: before, its template, its rank clients and its
+    ranks went on (a script sleeping an hour kept sleeping). Each dies with the process that
+    started it (`accelify.runtime.launch.lifeline`): no process of the run is left."""
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS_IN_A_BARRIER)
+    tag = f"{os.getpid()}-{fresh}-{time.monotonic_ns()}"
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = start(command, cwd=tmp_path, env={**_environment(fresh), "ACCELIFY_TEST_RUN": tag})
+    try:
+        _, records = process.stdout.readline().split()
+        attempt = collective_record.attempt_directory(Path(records), 0)
+        _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
+        running = set(_processes_of_the_run(tag)) - {process.pid}
+        # the ranks, and the template and each rank's client when they are forked
+        assert len(running) >= (2 if fresh == "1" else 5), running
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while _processes_of_the_run(tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_of_the_run(tag) == []
+    finally:
+        _kill_group(process.pid)
+        for pid in _processes_of_the_run(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _imported(line: bytes) -> str:
+    """The module an ``-X importtime`` line says was imported (nested ones are indented)."""
+    return line.decode(errors="replace").rpartition("|")[2].strip()
+
+
+def test_ctrl_c_as_the_launch_starts_ends_it_in_one_line(tmp_path: Path) -> None:
+    """Ctrl-C while Python, click and the launch's command line start, before the launcher's
+    own handling begins: click caught the KeyboardInterrupt, printed "Aborted!" and exited 1.
+    The launcher's startup is held in place where it is sure to be in that window: its stderr
+    is a pipe of one page, not read once ``-X importtime`` says click was imported, and the
+    next import's line waits for room; the SIGINT comes there."""
+    script = tmp_path / "sleeps.py"
+    script.write_text("import time\nimport torch\n\ntime.sleep(120)\n")
+    command = [sys.executable, "-X", "importtime", "-m", "accelify", "launch", "--cpu", str(script)]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stderr=subprocess.PIPE, bufsize=0, start_new_session=True
+    )
+    try:
+        fcntl.fcntl(process.stderr.fileno(), F_SETPIPE_SZ, 4096)
+        seen, started = [], time.monotonic()
+        for line in iter(process.stderr.readline, b""):  # unbuffered: no more than the line
+            seen.append(line)
+            assert time.monotonic() - started < 120, b"".join(seen)
+            if _imported(line) == "click":
+                break
+        assert seen and _imported(seen[-1]) == "click", b"".join(seen)
+        os.killpg(process.pid, signal.SIGINT)
+        rest = process.stderr.read()
+        process.wait(timeout=120)
+    finally:
+        _kill_group(process.pid)
+    said = [
+        line
+        for line in (b"".join(seen) + rest).decode().splitlines()
+        if not line.startswith("import time:")
+    ]
+    assert said == ["accelify launch: stopped by SIGINT before any rank started"], said
+    assert process.returncode == 130

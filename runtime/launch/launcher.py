@@ -25,10 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from accelify import startup
 from accelify.errors import UserError
 from accelify.runtime import options as backend_options
 from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS, LaunchSettings
-from accelify.runtime.launch import foreign_accelerator, leftovers, rank_start, slurm
+from accelify.runtime.launch import foreign_accelerator, leftovers, lifeline, rank_start, slurm
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
 from accelify.runtime.launch.watch import Watcher
@@ -339,6 +340,8 @@ def launch(plan: LaunchPlan) -> int:
         processes = 1 if plan.config.use_cpu else max(torch.cuda.device_count(), 1)
     _check_foreign_accelerator(plan, processes, cuda_available)
     os.environ.update(runtime_settings(plan.config).to_env())
+    # every process of the run dies with this one, even when it is killed by SIGKILL
+    os.environ[lifeline.LAUNCHER] = str(os.getpid())
     if plan.config.tee not in (None, "0"):
         os.environ[RANK_TRACEBACKS] = "true"  # each rank's log file keeps its own traceback
     if plan.config.use_cpu or not cuda_available:
@@ -408,7 +411,8 @@ def _stopped_at_once() -> Iterator[None]:
         yield
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            # from here a Ctrl-C is a KeyboardInterrupt, which stops what the launch started
+            signal.signal(signum, startup.python_handles_it_again(handler))
 
 
 def _end_before_any_rank(signum: int, _frame: object) -> None:
