@@ -52,6 +52,15 @@ def _environment(fresh: str) -> dict[str, str]:
     return {**os.environ, "ACCELIFY_FRESH_RANKS": fresh}
 
 
+def _after_the_stop(process: subprocess.Popen[str]) -> str:
+    """The launcher's stderr once it has ended. A stop it lost leaves the run going (the ranks
+    wait or sleep for minutes): that fails here, by name, not as a timeout with no word."""
+    try:
+        return process.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        pytest.fail("the launcher was sent its stop and the run went on for 60 s: it was lost")
+
+
 def _wait_in_a_collective(records: Path, rank: int, deadline: float) -> None:
     while time.monotonic() < deadline:
         record = collective_record.read(records, rank)
@@ -81,7 +90,7 @@ def test_ctrl_c_while_a_rank_waits_in_a_collective_ends_the_run_at_once(
         _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
         interrupted = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: the launcher's group
-        _, stderr = process.communicate(timeout=120)
+        stderr = _after_the_stop(process)
         took = time.monotonic() - interrupted
     finally:
         _kill_group(process.pid)
@@ -112,7 +121,7 @@ def test_ctrl_c_in_the_first_seconds_of_a_launch_ends_it_quietly_and_at_once(
         time.sleep(after)
         interrupted = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
+        stderr = _after_the_stop(process)
         took = time.monotonic() - interrupted
     finally:
         _kill_group(process.pid)
@@ -141,7 +150,7 @@ def test_a_launch_stopped_by_a_signal_leaves_nothing_in_the_temporary_folder(
         attempt = collective_record.attempt_directory(Path(records), 0)
         _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
         os.kill(process.pid, signum)
-        _, stderr = process.communicate(timeout=120)
+        stderr = _after_the_stop(process)
     finally:
         _kill_group(process.pid)
     assert process.returncode == 128 + signum, stderr
