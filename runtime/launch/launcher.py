@@ -340,8 +340,6 @@ def launch(plan: LaunchPlan) -> int:
         processes = 1 if plan.config.use_cpu else max(torch.cuda.device_count(), 1)
     _check_foreign_accelerator(plan, processes, cuda_available)
     os.environ.update(runtime_settings(plan.config).to_env())
-    # every process of the run dies with this one, even when it is killed by SIGKILL
-    os.environ[lifeline.LAUNCHER] = str(os.getpid())
     if plan.config.tee not in (None, "0"):
         os.environ[RANK_TRACEBACKS] = "true"  # each rank's log file keeps its own traceback
     if plan.config.use_cpu or not cuda_available:
@@ -357,6 +355,7 @@ def launch(plan: LaunchPlan) -> int:
         tempfile.TemporaryDirectory(prefix=leftovers.prefix("launch")) as records,
     ):
         os.environ[FAILURE_DIR] = records
+        stack.enter_context(_the_launcher_of_what_starts_now())
         client = stack.enter_context(_rank_start(plan, processes))
         arguments = torchrun.parse_args(torchrun_arguments(plan, processes, port, client))
         watcher = Watcher(
@@ -421,6 +420,23 @@ def _end_before_any_rank(signum: int, _frame: object) -> None:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
     os._exit(code)
+
+
+@contextlib.contextmanager
+def _the_launcher_of_what_starts_now() -> Iterator[None]:
+    """Every process the run starts dies with this one, even when it is killed by SIGKILL
+    (`lifeline`): they find its pid in the environment they inherit. Only for the run: a
+    program that launches in-process (a test) and later starts a rank's entry itself from a
+    short-lived thread would have it killed as that thread ends."""
+    previous = os.environ.get(lifeline.LAUNCHER)
+    os.environ[lifeline.LAUNCHER] = str(os.getpid())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(lifeline.LAUNCHER, None)
+        else:
+            os.environ[lifeline.LAUNCHER] = previous
 
 
 def _usable_cores() -> int:
