@@ -19,7 +19,7 @@ import pytest
 from accelify.runtime import collective_record
 from accelify.runtime.collective_record import IN_COLLECTIVE
 from accelify.runtime.environment import FAILURE_DIR
-from accelify.runtime.launch import leftovers
+from accelify.runtime.launch import leftovers, lifeline
 from accelify.runtime.state import _ExitGuard
 from conftest import _kill_group, start
 
@@ -268,3 +268,30 @@ def test_ctrl_c_as_the_launch_starts_ends_it_in_one_line(tmp_path: Path) -> None
     ]
     assert said == ["accelify launch: stopped by SIGINT before any rank started"], said
     assert process.returncode == 130
+
+
+def test_a_process_started_for_a_launcher_already_gone_ends_at_once() -> None:
+    """The window before the kernel's request is set: a launcher that died first has handed its
+    process to another parent, and that process ends as it would have (SIGKILL). One whose
+    launcher lives on elsewhere (a rank's own subprocess) or is its parent runs."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    elsewhere = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    code = "from accelify.runtime.launch import lifeline\nlifeline.die_with_the_launcher()\n"
+    code += "print('runs')"
+    try:
+        ended = {}
+        for name, launcher in (("gone", gone.pid), ("elsewhere", elsewhere.pid), ("parent", 0)):
+            environment = {**os.environ, lifeline.LAUNCHER: str(launcher or os.getpid())}
+            result = subprocess.run(
+                [sys.executable, "-c", code], env=environment, capture_output=True, timeout=120
+            )
+            ended[name] = (result.returncode, result.stdout.strip())
+    finally:
+        elsewhere.kill()
+        elsewhere.wait()
+    assert ended == {
+        "gone": (-signal.SIGKILL, b""),
+        "elsewhere": (0, b"runs"),
+        "parent": (0, b"runs"),
+    }
