@@ -12,9 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import click
+from accelify import startup
 
-from accelify import __version__
+# first, before click is imported: a Ctrl-C as `accelify launch` starts ends it in one line
+startup.stop_at_once_while_the_launch_starts()
+
+import click  # noqa: E402
+
+from accelify import __version__  # noqa: E402
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -264,5 +264,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 if __name__ == "__main__":
+    # a rank the launcher's agent started fresh dies with the launcher, even one killed by
+    # SIGKILL (a forked rank dies with its template, which dies with the launcher)
+    from accelify.runtime.launch import lifeline
+
+    lifeline.die_with_the_launcher()
     sys.modules.setdefault("accelify.runtime.rank_entry", sys.modules["__main__"])
     main(sys.argv[1:])

@@ -4,6 +4,8 @@ alike (issue 20)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -17,7 +19,7 @@ import pytest
 from accelify.runtime import collective_record
 from accelify.runtime.collective_record import IN_COLLECTIVE
 from accelify.runtime.environment import FAILURE_DIR
-from accelify.runtime.launch import leftovers
+from accelify.runtime.launch import leftovers, lifeline
 from accelify.runtime.state import _ExitGuard
 from conftest import _kill_group, start
 
@@ -40,11 +42,23 @@ WAITS_IN_A_BARRIER = textwrap.dedent(
     """
 )
 
+#: fcntl's option that sizes a pipe (Linux; Python 3.10's fcntl names it)
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
 FRESH = pytest.mark.parametrize("fresh", ["0", "1"], ids=["forked", "fresh"])
 
 
 def _environment(fresh: str) -> dict[str, str]:
     return {**os.environ, "ACCELIFY_FRESH_RANKS": fresh}
+
+
+def _after_the_stop(process: subprocess.Popen[str]) -> str:
+    """The launcher's stderr once it has ended. A stop it lost leaves the run going (the ranks
+    wait or sleep for minutes): that fails here, by name, not as a timeout with no word."""
+    try:
+        return process.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        pytest.fail("the launcher was sent its stop and the run went on for 60 s: it was lost")
 
 
 def _wait_in_a_collective(records: Path, rank: int, deadline: float) -> None:
@@ -76,7 +90,7 @@ def test_ctrl_c_while_a_rank_waits_in_a_collective_ends_the_run_at_once(
         _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
         interrupted = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: the launcher's group
-        _, stderr = process.communicate(timeout=120)
+        stderr = _after_the_stop(process)
         took = time.monotonic() - interrupted
     finally:
         _kill_group(process.pid)
@@ -107,7 +121,7 @@ def test_ctrl_c_in_the_first_seconds_of_a_launch_ends_it_quietly_and_at_once(
         time.sleep(after)
         interrupted = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
+        stderr = _after_the_stop(process)
         took = time.monotonic() - interrupted
     finally:
         _kill_group(process.pid)
@@ -136,7 +150,7 @@ def test_a_launch_stopped_by_a_signal_leaves_nothing_in_the_temporary_folder(
         attempt = collective_record.attempt_directory(Path(records), 0)
         _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
         os.kill(process.pid, signum)
-        _, stderr = process.communicate(timeout=120)
+        stderr = _after_the_stop(process)
     finally:
         _kill_group(process.pid)
     assert process.returncode == 128 + signum, stderr
@@ -165,3 +179,119 @@ def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path:
     assert sorted(p.name for p in removed) == sorted([names["gone"], names["gone_ranks"]])
     left = {p.name for p in tmp_path.iterdir()}
     assert left == {names["live"], names["other_namespace"], names["other_kind"], gone + "file"}
+
+
+def _processes_of_the_run(tag: str) -> list[int]:
+    """The live processes whose environment carries ``tag``: every process the launcher starts
+    (the template, the rank clients, the ranks, fresh or forked) inherits its environment."""
+    found = []
+    marker = f"ACCELIFY_TEST_RUN={tag}".encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environment = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environment.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.distributed
+@FRESH
+def test_a_launcher_killed_by_sigkill_leaves_no_process_of_its_run(
+    fresh: str, tmp_path: Path
+) -> None:
+    """SIGKILL runs nothing of the launcher's: before, its template, its rank clients and its
+    ranks went on (a script sleeping an hour kept sleeping). Each dies with the process that
+    started it (`accelify.runtime.launch.lifeline`): no process of the run is left."""
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS_IN_A_BARRIER)
+    tag = f"{os.getpid()}-{fresh}-{time.monotonic_ns()}"
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    process = start(command, cwd=tmp_path, env={**_environment(fresh), "ACCELIFY_TEST_RUN": tag})
+    try:
+        _, records = process.stdout.readline().split()
+        attempt = collective_record.attempt_directory(Path(records), 0)
+        _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
+        running = set(_processes_of_the_run(tag)) - {process.pid}
+        # the ranks, and the template and each rank's client when they are forked
+        assert len(running) >= (2 if fresh == "1" else 5), running
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while _processes_of_the_run(tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_of_the_run(tag) == []
+    finally:
+        _kill_group(process.pid)
+        for pid in _processes_of_the_run(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _imported(line: bytes) -> str:
+    """The module an ``-X importtime`` line says was imported (nested ones are indented)."""
+    return line.decode(errors="replace").rpartition("|")[2].strip()
+
+
+def test_ctrl_c_as_the_launch_starts_ends_it_in_one_line(tmp_path: Path) -> None:
+    """Ctrl-C while Python, click and the launch's command line start, before the launcher's
+    own handling begins: click caught the KeyboardInterrupt, printed "Aborted!" and exited 1.
+    The launcher's startup is held in place where it is sure to be in that window: its stderr
+    is a pipe of one page, not read once ``-X importtime`` says click was imported, and the
+    next import's line waits for room; the SIGINT comes there."""
+    script = tmp_path / "sleeps.py"
+    script.write_text("import time\nimport torch\n\ntime.sleep(120)\n")
+    command = [sys.executable, "-X", "importtime", "-m", "accelify", "launch", "--cpu", str(script)]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stderr=subprocess.PIPE, bufsize=0, start_new_session=True
+    )
+    try:
+        fcntl.fcntl(process.stderr.fileno(), F_SETPIPE_SZ, 4096)
+        seen, started = [], time.monotonic()
+        for line in iter(process.stderr.readline, b""):  # unbuffered: no more than the line
+            seen.append(line)
+            assert time.monotonic() - started < 120, b"".join(seen)
+            if _imported(line) == "click":
+                break
+        assert seen and _imported(seen[-1]) == "click", b"".join(seen)
+        os.killpg(process.pid, signal.SIGINT)
+        rest = process.stderr.read()
+        process.wait(timeout=120)
+    finally:
+        _kill_group(process.pid)
+    said = [
+        line
+        for line in (b"".join(seen) + rest).decode().splitlines()
+        if not line.startswith("import time:")
+    ]
+    assert said == ["accelify launch: stopped by SIGINT before any rank started"], said
+    assert process.returncode == 130
+
+
+def test_a_process_started_for_a_launcher_already_gone_ends_at_once() -> None:
+    """The window before the kernel's request is set: a launcher that died first has handed its
+    process to another parent, and that process ends as it would have (SIGKILL). One whose
+    launcher lives on elsewhere (a rank's own subprocess) or is its parent runs."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    elsewhere = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    code = "from accelify.runtime.launch import lifeline\nlifeline.die_with_the_launcher()\n"
+    code += "print('runs')"
+    try:
+        ended = {}
+        for name, launcher in (("gone", gone.pid), ("elsewhere", elsewhere.pid), ("parent", 0)):
+            environment = {**os.environ, lifeline.LAUNCHER: str(launcher or os.getpid())}
+            result = subprocess.run(
+                [sys.executable, "-c", code], env=environment, capture_output=True, timeout=120
+            )
+            ended[name] = (result.returncode, result.stdout.strip())
+    finally:
+        elsewhere.kill()
+        elsewhere.wait()
+    assert ended == {
+        "gone": (-signal.SIGKILL, b""),
+        "elsewhere": (0, b"runs"),
+        "parent": (0, b"runs"),
+    }

@@ -25,10 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from accelify import startup
 from accelify.errors import UserError
 from accelify.runtime import options as backend_options
 from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS, LaunchSettings
-from accelify.runtime.launch import foreign_accelerator, leftovers, rank_start, slurm
+from accelify.runtime.launch import foreign_accelerator, leftovers, lifeline, rank_start, slurm
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
 from accelify.runtime.launch.watch import Watcher
@@ -354,6 +355,7 @@ def launch(plan: LaunchPlan) -> int:
         tempfile.TemporaryDirectory(prefix=leftovers.prefix("launch")) as records,
     ):
         os.environ[FAILURE_DIR] = records
+        stack.enter_context(_the_launcher_of_what_starts_now())
         client = stack.enter_context(_rank_start(plan, processes))
         arguments = torchrun.parse_args(torchrun_arguments(plan, processes, port, client))
         watcher = Watcher(
@@ -408,7 +410,8 @@ def _stopped_at_once() -> Iterator[None]:
         yield
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            # from here a Ctrl-C is a KeyboardInterrupt, which stops what the launch started
+            signal.signal(signum, startup.python_handles_it_again(handler))
 
 
 def _end_before_any_rank(signum: int, _frame: object) -> None:
@@ -417,6 +420,23 @@ def _end_before_any_rank(signum: int, _frame: object) -> None:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
     os._exit(code)
+
+
+@contextlib.contextmanager
+def _the_launcher_of_what_starts_now() -> Iterator[None]:
+    """Every process the run starts dies with this one, even when it is killed by SIGKILL
+    (`lifeline`): they find its pid in the environment they inherit. Only for the run: a
+    program that launches in-process (a test) and later starts a rank's entry itself from a
+    short-lived thread would have it killed as that thread ends."""
+    previous = os.environ.get(lifeline.LAUNCHER)
+    os.environ[lifeline.LAUNCHER] = str(os.getpid())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(lifeline.LAUNCHER, None)
+        else:
+            os.environ[lifeline.LAUNCHER] = previous
 
 
 def _usable_cores() -> int:

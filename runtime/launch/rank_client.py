@@ -7,7 +7,8 @@ killed by signal N kills this process with N), the signals it sends (SIGTERM, SI
 passed on to the rank's process group, as the agent's ``killpg`` reaches a fresh rank's), its
 environment, working directory and standard streams (handed to the rank as they are: the
 agent's per-rank log files, ``--tee``). If this process dies (SIGKILL), the template kills the
-rank. If the template refuses the rank (its environment differs from the template's in a variable
+rank; it dies with the launcher, even one killed by SIGKILL (`_die_with_the_launcher`). If the
+template refuses the rank (its environment differs from the template's in a variable
 read as torch starts) or cannot be reached, this process becomes the rank itself by executing
 ``python -u -m accelify.runtime.rank_entry RANK_ARGS``: today's fresh start, the command torchrun
 runs with ``--module``.
@@ -53,6 +54,10 @@ RANK_ENTRY = "accelify.runtime.rank_entry"
 _FORKED: list[socket.socket] = []
 #: The signal that stopped this process before the rank was forked
 _STOPPED: list[int] = []
+#: The launcher's pid, in the environment it starts this process with, and prctl's option
+#: (`accelify.runtime.launch.lifeline`, kept here: this file imports nothing of accelify)
+LAUNCHER = "ACCELIFY_LAUNCHER_PID"
+PR_SET_PDEATHSIG = 1
 
 
 class _Stopped(BaseException):
@@ -75,6 +80,7 @@ def main(arguments: list[str]) -> None:
     try:
         for signum in RELAYED:
             signal.signal(signum, _on_signal)
+        _die_with_the_launcher()
         if _EARLY:
             _on_signal(_EARLY[0], None)
         connection = _ask(path, rank_arguments)
@@ -85,6 +91,21 @@ def main(arguments: list[str]) -> None:
         # kills the rank it forked just as the signal came (a client gone takes its rank)
         _exit_as(-_STOPPED[0])
     _exit_as(_relay(connection))
+
+
+def _die_with_the_launcher() -> None:
+    """Killed (SIGKILL) when the launcher that started this process dies, however it dies: the
+    template then kills the rank (a client gone takes its rank), and a client that became a
+    fresh rank (`_fresh`) keeps the request across ``exec``. A launcher gone already: now."""
+    value = os.environ.get(LAUNCHER, "")
+    if not value.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(value):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _ask(path: str, rank_arguments: list[str]) -> socket.socket | None:

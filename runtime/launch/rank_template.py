@@ -22,7 +22,8 @@ The protocol, one connection per rank: the client's JSON line and its fds 0, 1, 
 (SCM_RIGHTS); the answer ``started PID`` or ``refused WHY``; then ``signal N`` lines from the
 client, passed on to the rank's process group; ``ended CODE`` (as `subprocess.Popen.returncode`)
 when the rank has ended. A client that goes away (killed) takes its rank with it: SIGKILL.
-This process ends once its stdin (a pipe from the launcher) has closed and every rank has ended.
+This process ends once its stdin (a pipe from the launcher) has closed and every rank has ended,
+and dies with the launcher, and its ranks with it, when the launcher is killed (`lifeline`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from accelify.runtime.launch import forking, main_module, rank_start
+from accelify.runtime.launch import forking, lifeline, main_module, rank_start
 
 #: Variables the elastic agent sets per rank; none is read as Python or torch start
 PER_RANK = frozenset(
@@ -60,8 +61,6 @@ PER_RANK_PREFIX = "TORCHELASTIC_"
 #: The command a fresh rank runs (torchrun's ``--module``), what ``sys.orig_argv`` says
 RANK_ENTRY = "accelify.runtime.rank_entry"
 MAX_FDS = 3
-#: prctl's option: the signal this process gets when its parent dies
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -84,6 +83,8 @@ class _Template:
 
 
 def main() -> None:
+    # first: a launcher killed while this process imports torch takes it along
+    lifeline.die_with_the_launcher()
     listener = socket.socket(fileno=int(sys.argv[1]))
     start_environment = dict(os.environ)
     affinity = sorted(os.sched_getaffinity(0))
@@ -213,7 +214,10 @@ def _serve(listener: socket.socket, template: _Template) -> dict:
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    _die_with_the_template(template_pid)
+                    # a rank whose template is killed (SIGKILL, the out-of-memory killer, its
+                    # launcher's death) is killed too, as one whose client is: an orphaned fork
+                    # would go on training unseen (its client reports it dead: SIGKILL)
+                    lifeline.die_with(template_pid)
                     selector.close()
                     forking.close_all([wake_read, wake_write])
                     for other in (connection, *template.running.values()):
@@ -276,19 +280,6 @@ def _signal(pid: int, signum: int) -> None:
     except ProcessLookupError:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-
-
-def _die_with_the_template(template_pid: int) -> None:
-    """A rank whose template is killed (SIGKILL, the out-of-memory killer) is killed too, as
-    one whose client is: no fresh rank outlives its agent's stopping it, and an orphaned fork
-    would go on training unseen (its client reports it dead: SIGKILL)."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != template_pid:  # the template died before the prctl
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _signals_as_a_fresh_rank_gets_them() -> None:
