@@ -4,6 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import last_binding
+from accelify.analysis.process_count import process_count
 from accelify.analysis.scheduler_preparation import (
     PROCESS_COUNT,
     prepared_schedulers,
@@ -189,6 +190,10 @@ class SchedulerSizedPerRank(Rule):
         # factor multiplying it back (a multi-task RoBERTa trainer's ``max_steps_per_epoch =
         # len(dataloader) // accelerator.num_processes``, lintreal41)
         Example(_BEFORE_PREPARE.format(steps="total_steps // accelerator.num_processes"), 11, 31),
+        # ... the process count read from the launcher's environment (review11b)
+        Example(
+            _BEFORE_PREPARE.format(steps="total_steps // int(os.environ['WORLD_SIZE'])"), 11, 31
+        ),
         # ... the factor put on by an augmented assignment
         Example(
             _BEFORE_PREPARE.format(steps="total_steps").replace(
@@ -225,6 +230,11 @@ class SchedulerSizedPerRank(Rule):
         _BEFORE_PREPARE.format(
             steps="(total_steps // accelerator.num_processes) * accelerator.num_processes"
         ),
+        # ... the environment's count both ways, or on the prepared loader's length (review11b)
+        _BEFORE_PREPARE.format(
+            steps="total_steps // int(os.environ['WORLD_SIZE']) * int(os.environ['WORLD_SIZE'])"
+        ),
+        _HEAD + _SIZED.format(steps="len(loader) * 3 * int(os.environ['WORLD_SIZE'])") + _LOOP,
         # the converse's fix: the whole length alone, or the shard's length times the count
         _BEFORE_PREPARE.format(steps="len(loader) * 3"),
         _BEFORE_PREPARE.format(
@@ -451,7 +461,9 @@ def _collect(
         if isinstance(node, cst.BinaryOperation):
             divisor = script.module.code_for_node(node.right)
             dividing = isinstance(node.operator, (cst.Divide, cst.FloorDivide, cst.Modulo))
-            if dividing and PROCESS_COUNT.search(divisor):
+            if dividing and (
+                PROCESS_COUNT.search(divisor) or process_count(script, node.right, at)
+            ):
                 if divisions is None:
                     return False
                 divisions.append(node)
@@ -463,6 +475,9 @@ def _collect(
             node.attr.value if isinstance(node, cst.Attribute) else node.value
         ):
             counts.append(node)
+            continue
+        if isinstance(node, cst.Call) and process_count(script, node, at):
+            counts.append(node)  # ``int(os.environ["WORLD_SIZE"])``, ``dist.get_world_size()``
             continue
         if depth > 0 and isinstance(node, cst.Name):
             parent = script.parent(node)

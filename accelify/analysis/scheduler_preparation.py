@@ -526,7 +526,8 @@ def _prepared_length(
     if id(expression) in seen:
         return None
     seen.add(id(expression))
-    if PROCESS_COUNT.search(script.module.code_for_node(expression)):
+    code = script.module.code_for_node(expression)
+    if PROCESS_COUNT.search(code) or "WORLD_SIZE" in code:  # ``int(os.environ["WORLD_SIZE"])``
         return False
     skipped = script.names_of(Kind.MODEL, Kind.OPTIMIZER, Kind.ACCELERATOR)
     for node in walk(expression):
