@@ -495,6 +495,10 @@ class StopOnOwnValue(Rule):
         ),
         # a stop-flag file polled by every rank: each asks at its own moment (lintfix24)
         Example(_STOP_FILE.format(probe="os.path.exists('STOP')", after=""), 12, 9),
+        # ... a path joined onto a Path (review11b)
+        Example(
+            _STOP_FILE.format(probe="(Path(args.output_dir) / 'STOP').exists()", after=""), 12, 9
+        ),
         Example(
             _STOP_FILE.format(probe="stop", after="").replace(
                 "    if stop:", "    stop = Path('STOP').exists()\n    if stop:"
@@ -785,6 +789,11 @@ class StopOnOwnValue(Rule):
         # (review11b): every rank decides alike
         _STOP_FILE.format(
             probe="accelerator.gather(torch.tensor([os.path.exists('STOP')])).any()", after=""
+        ),
+        _STOP_FILE.format(
+            probe="accelerator.gather(\n"
+            "        torch.tensor([(Path(args.output_dir) / 'STOP').exists()])\n    ).any()",
+            after="",
         ),
         _STOP_FILE.format(probe="stop[0]", after="")
         .replace(
@@ -1491,12 +1500,28 @@ def _polled_file(script: ScriptModel, test: cst.If, loop: cst.For | cst.While) -
             probes = bool(script.call_names(node) & _FILE_PROBES) or (
                 isinstance(func, cst.Attribute)
                 and func.attr.value in _PROBING_METHODS
-                and isinstance(func.value, cst.Call)
-                and bool(script.call_names(func.value) & {"pathlib.Path"})
+                and _a_path(script, func.value)
             )
             if probes and not _names_a_file_per_pass(script, node, test):
                 return node
     return None
+
+
+def _a_path(script: ScriptModel, value: cst.BaseExpression) -> bool:
+    """``value`` builds a ``pathlib.Path``: ``Path("STOP")``, or a path joined onto one
+    (``Path(args.output_dir) / "STOP"``, ``.joinpath("STOP")``)."""
+    while True:
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide):
+            value = value.left
+        elif (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "joinpath"
+        ):
+            value = value.func.value
+        else:
+            break
+    return isinstance(value, cst.Call) and bool(script.call_names(value) & {"pathlib.Path"})
 
 
 def _names_a_file_per_pass(script: ScriptModel, probe: cst.Call, test: cst.If) -> bool:
