@@ -570,10 +570,27 @@ class CollectiveOnSomeRanks(Rule):
         ),
         # the DeepSpeed config the script spells asks for ZeRO-3: get_state_dict gathers
         Example(_SPELLED_DS_CONFIG.format(stage=3), 12, 13),
+        # ... stage 2 spelled, then set from a flag: the stage is the run's, ZeRO-3 perhaps
+        # (review11b)
+        Example(
+            _SPELLED_DS_CONFIG.format(stage=2).replace(
+                "plugin =", 'ds_config["zero_optimization"]["stage"] = args.zero_stage\nplugin ='
+            ),
+            13,
+            13,
+        ),
     )
     good = (
         # ... stage 2: every rank holds the whole weights, no gather (lintfix24)
         _SPELLED_DS_CONFIG.format(stage=2),
+        # ... and set to another literal stage under 3 later, or another setting changed:
+        # still no gather
+        _SPELLED_DS_CONFIG.format(stage=2).replace(
+            "plugin =", 'ds_config["zero_optimization"]["stage"] = 1\nplugin ='
+        ),
+        _SPELLED_DS_CONFIG.format(stage=2).replace(
+            "plugin =", 'ds_config["train_micro_batch_size_per_gpu"] = args.batch_size\nplugin ='
+        ),
         # ... a method that waits for nobody, by either name
         _CALLED_BY_ANOTHER_NAME.format(
             alias='        setattr(self, "m", self.sync)\n',

@@ -299,8 +299,10 @@ def _zero_stage_pinned_below_3(script: ScriptModel) -> bool:
 
 
 def _config_stages(script: ScriptModel) -> list[int]:
-    """The stage of each ``{"zero_optimization": {"stage": N}}`` the file spells; empty where
-    one of them has no literal stage (``"stage": args.stage``) or none is spelled."""
+    """The stage of each ``{"zero_optimization": {"stage": N}}`` the file spells, and of each
+    stage it sets in one (``ds_config["zero_optimization"]["stage"] = N``); empty where one of
+    them is no literal (``"stage": args.stage``, ``[...]["stage"] = args.zero_stage``: the
+    run's, ZeRO-3 perhaps) or none is spelled."""
     stages = []
     for node in script.index.of_type(cst.Dict):
         for element in node.elements:  # type: ignore[attr-defined]
@@ -326,7 +328,46 @@ def _config_stages(script: ScriptModel) -> list[int]:
             if not isinstance(stage, cst.Integer):
                 return []
             stages.append(stage.evaluated_value)
+    for node in script.index.of_type(cst.Assign):
+        for target in node.targets:  # type: ignore[attr-defined]
+            key = _subscript_key(target.target)
+            if key == "stage" and "zero_optimization" in script.module.code_for_node(target):
+                stage = node.value  # type: ignore[attr-defined]
+            elif key == "zero_optimization":
+                stage = _stage_of(node.value)  # type: ignore[attr-defined]
+            else:
+                continue
+            if not isinstance(stage, cst.Integer):
+                return []  # ``ds_config["zero_optimization"]["stage"] = args.zero_stage``
+            stages.append(stage.evaluated_value)
     return stages
+
+
+def _subscript_key(target: cst.BaseExpression) -> str | None:
+    """``"stage"`` of ``ds_config["zero_optimization"]["stage"]``."""
+    if not isinstance(target, cst.Subscript) or len(target.slice) != 1:
+        return None
+    index = target.slice[0].slice
+    if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+        key = index.value.evaluated_value
+        return key if isinstance(key, str) else None
+    return None
+
+
+def _stage_of(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The ``"stage"`` entry of a dict literal, or None."""
+    if not isinstance(value, cst.Dict):
+        return None
+    return next(
+        (
+            e.value
+            for e in value.elements
+            if isinstance(e, cst.DictElement)
+            and isinstance(e.key, cst.SimpleString)
+            and e.key.evaluated_value == "stage"
+        ),
+        None,
+    )
 
 
 def _refusals(script: ScriptModel) -> list[cst.Assert]:
