@@ -165,6 +165,16 @@ class GatheredUnequalLengths(Rule):
         ),
         # gathered in a helper the loop calls per batch with the logits and the labels
         Example(_PER_BATCH_HELPER.format(padded=""), 11, 21),
+        # flattened per-token predictions and labels: each rank's as long as its batch times
+        # its own longest sequence (review11b)
+        Example(
+            _NER.replace("outputs.logits.argmax", "outputs[1].argmax")
+            + "    predictions = predictions.flatten()\n"
+            + "    predictions, labels = accelerator.gather_for_metrics(\n"
+            + "        (predictions, labels.view(-1))\n    )\n",
+            15,
+            27,
+        ),
     )
     good = (
         # a sequence classifier's ``(loss, logits)``: one prediction per sample, whatever the
@@ -226,6 +236,12 @@ class GatheredUnequalLengths(Rule):
         # padded to one length by the collator itself
         _NER.replace("pad_to_multiple_of=8", "padding='max_length', max_length=128")
         + "    accelerator.gather_for_metrics((predictions, labels))\n",
+        # ... padded, gathered whole, and flattened after the gather
+        _NER.replace("outputs.logits.argmax", "outputs[1].argmax")
+        + "    predictions = accelerator.pad_across_processes(predictions, dim=1, pad_index=-100)\n"
+        + "    labels = accelerator.pad_across_processes(labels, dim=1, pad_index=-100)\n"
+        + "    predictions, labels = accelerator.gather_for_metrics((predictions, labels))\n"
+        + "    predictions, labels = predictions.flatten(), labels.flatten()\n",
         # a per-sample value computed from the sequences: one number per sample
         _NER
         + "    lengths = batch['attention_mask'].sum(-1)\n"
@@ -245,29 +261,37 @@ class GatheredUnequalLengths(Rule):
                 continue
             else:
                 collator = padding_collator(loop, facts)
-                unequal = [
-                    (element, what)
-                    for element in _elements(call.args[0].value)
-                    if (what := _sequences(script, loop, call, element, collator, 0)) is not None
-                ]
+                unequal = []
+                for element in _elements(call.args[0].value):
+                    flat: list[cst.Call] = []
+                    what = _sequences(script, loop, call, element, collator, 0, flat)
+                    if what is not None:
+                        unequal.append((element, what, flat[0] if flat else None))
             if not unequal:
                 continue
             accelerator = accelerator_name(script, call)
-            fixes = "; ".join(_fix(script, accelerator, element, what) for element, what in unequal)
-            whats = "; ".join(f"{script.module.code_for_node(e)}: {what}" for e, what in unequal)
+            fixes = "; ".join(_fix(script, accelerator, *found) for found in unequal)
+            flattened = any(flat is not None for _, _, flat in unequal)
+            needs = "the shapes" if flattened else "every dimension but the first"
+            whats = "; ".join(f"{script.module.code_for_node(e)}: {what}" for e, what, _ in unequal)
             yield self.finding(
                 script,
                 call,
                 message=(
                     f"Pad to one length before the gather: {fixes}. Each rank's value is as "
                     f"long as its own batch's longest sequence ({whats}), and the gather needs "
-                    "every dimension but the first equal on every rank (a size-mismatch error, "
-                    "or a hang)"
+                    f"{needs} equal on every rank (a size-mismatch error, or a hang)"
                 ),
             )
 
 
-def _fix(script: ScriptModel, accelerator: str, element: cst.BaseExpression, what: str) -> str:
+def _fix(
+    script: ScriptModel,
+    accelerator: str,
+    element: cst.BaseExpression,
+    what: str,
+    flat: cst.Call | None = None,
+) -> str:
     """``x = accelerator.pad_across_processes(x, dim=1, pad_index=-100)`` before the gather for
     a name, the padded value gathered in place of an expression; labels and token predictions
     padded with -100 (what the loss and the metrics skip), per-token logits with -100 too (as
@@ -278,6 +302,16 @@ def _fix(script: ScriptModel, accelerator: str, element: cst.BaseExpression, wha
         if what.startswith(("label", "token predictions", "per-token"))
         else _pad_token(script)
     )
+    if flat is not None:
+        # flattened, each rank's value is its batch times its own longest sequence long, and
+        # gather_for_metrics would drop the last batch's repeated samples by token: pad the
+        # per-token tensor, gather it whole, flatten after
+        whole = script.module.code_for_node(flat.func.value)  # type: ignore[attr-defined]
+        padded = f"{accelerator}.pad_across_processes({whole}, dim=1, pad_index={pad})"
+        where = f"before line {script.line(flat)} flattens it"
+        if isinstance(element, cst.Name):
+            return f"{whole} = {padded} {where}, gather it unflattened and flatten the result"
+        return f"gather {padded} in place of {code} and flatten the result"
     padded = f"{accelerator}.pad_across_processes({code}, dim=1, pad_index={pad})"
     if isinstance(element, cst.Name):
         return f"{code} = {padded}"
@@ -286,7 +320,7 @@ def _fix(script: ScriptModel, accelerator: str, element: cst.BaseExpression, wha
 
 def _through_call_sites(
     script: ScriptModel, gather: cst.Call, loops: dict[int, Loop]
-) -> list[tuple[cst.BaseExpression, str]]:
+) -> list[tuple[cst.BaseExpression, str, cst.Call | None]]:
     """A gather in a helper the evaluation loop calls per batch (``def compute(logits, labels):
     accelerator.gather((logits.argmax(-1), labels))``): each gathered parameter stands for what
     a call site in a loop over a prepared loader hands it, and a local of the helper for its
@@ -301,7 +335,7 @@ def _through_call_sites(
             target = node.targets[0].target
             if isinstance(target, cst.Name) and script.order(node) < script.order(gather):
                 assigned.setdefault(target.value, []).append(node.value)
-    found: list[tuple[cst.BaseExpression, str]] = []
+    found: list[tuple[cst.BaseExpression, str, cst.Call | None]] = []
     for site, implicit in script.call_graph.calls_of(function):
         loop = _innermost_loop(script, site, loops)
         if loop is None or not facts.flow.over_prepared_loader(loop):
@@ -318,11 +352,13 @@ def _through_call_sites(
                     value = passed[element.value]
                 else:
                     value = None  # bound again in the helper (padded there, perhaps)
-            if value is None or any(e is element for e, _ in found):
+            if value is None or any(e is element for e, _, _ in found):
                 continue
-            what = _sequences(script, loop, site, value, collator, 0)
+            flat: list[cst.Call] = []
+            what = _sequences(script, loop, site, value, collator, 0, flat)
             if what is not None:
-                found.append((element, f"{what}, handed in at line {script.line(site)}"))
+                handed = f"{what}, handed in at line {script.line(site)}"
+                found.append((element, handed, flat[0] if flat else None))
     return found
 
 
@@ -347,21 +383,31 @@ def _elements(value: cst.BaseExpression) -> list[cst.BaseExpression]:
 def _sequences(
     script: ScriptModel,
     loop: Loop,
-    gather: cst.Call,
+    gather: cst.CSTNode,
     value: cst.BaseExpression,
     collator: PaddingCollator | None,
     depth: int,
+    flat: list[cst.Call] | None = None,
 ) -> str | None:
     """What makes ``value`` a batch of token sequences as long as this rank's batch, or None:
     ``generate`` output, a sequence field of a batch its collator pads, the token-level
     predictions of such a batch; through the names the loop binds before the gather (a name
-    padded across the processes there is not followed: it is one length)."""
+    padded across the processes there is not followed: it is one length); and flattened
+    (``.flatten()``, ``.view(-1)``), each rank's value as long as its batch times its longest
+    sequence: the call is put in ``flat``."""
     if isinstance(value, cst.Call):
         func = value.func
         member = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
         if isinstance(func, cst.Attribute) and member in _SAME_SHAPE:
             # ``tokens.cpu()``, ``labels.to(device)``: the same lengths
-            return _sequences(script, loop, gather, func.value, collator, depth)
+            return _sequences(script, loop, gather, func.value, collator, depth, flat)
+        if isinstance(func, cst.Attribute) and _flattens(value):
+            inner = _sequences(script, loop, gather, func.value, collator, depth, flat)
+            if inner is None:
+                return None
+            if flat is not None:
+                flat.append(value)
+            return f"{inner}, flattened at line {script.line(value)}"
         if member == "generate":
             return "token ids from generate, as long as the batch's longest generation"
         if (
@@ -388,6 +434,7 @@ def _sequences(
     if not isinstance(value, cst.Name) or depth >= _DEPTH:
         return None
     latest = None
+    bound: cst.CSTNode = gather
     for node in walk(loop.node.body):
         if not isinstance(node, (cst.Assign, cst.AnnAssign)) or node.value is None:
             continue
@@ -401,9 +448,27 @@ def _sequences(
                     return None  # padded first (under a flag too: that run is padded)
                 # unpacked: what each name gets is not followed
                 latest = node.value if isinstance(target, cst.Name) else None
+                bound = node
     if latest is None:
         return None
-    return _sequences(script, loop, gather, latest, collator, depth + 1)
+    # what it was made from, read above that binding (``preds = preds.flatten()``)
+    return _sequences(script, loop, bound, latest, collator, depth + 1, flat)
+
+
+def _flattens(call: cst.Call) -> bool:
+    """``x.flatten()``, ``x.view(-1)``, ``x.reshape(-1)``: one axis of every value."""
+    member = call.func.attr.value  # type: ignore[attr-defined]
+    given = [a.value for a in call.args]
+    if member == "flatten":
+        return not given or (isinstance(given[0], cst.Integer) and given[0].value == "0")
+    return (
+        member in ("view", "reshape")
+        and len(given) == 1
+        and isinstance(given[0], cst.UnaryOperation)
+        and isinstance(given[0].operator, cst.Minus)
+        and isinstance(given[0].expression, cst.Integer)
+        and given[0].expression.value == "1"
+    )
 
 
 def _field(value: cst.BaseExpression) -> str | None:
@@ -451,7 +516,7 @@ def _forward_of_the_batch(
     script: ScriptModel,
     loop: Loop,
     value: cst.BaseExpression | None,
-    gather: cst.Call,
+    gather: cst.CSTNode,
 ) -> bool:
     """``value`` is an item of what a call handed this loop's batch returned, bound in the loop
     above the gather (``outputs = model(**batch)``, then ``outputs[1]``: a model returning a
