@@ -93,8 +93,11 @@ class GatheredUnequalLengths(Rule):
     52 fail the gather (a size mismatch, or a hang on NCCL) on the first evaluation batch of
     any run with more than one process. Hugging Face's examples pad first:
     ``accelerator.pad_across_processes(x, dim=1, pad_index=...)`` (run_ner_no_trainer,
-    run_summarization_no_trainer). Not reported for a value padded so first, for a collator
-    told ``padding="max_length"``, nor for a sequence-classification label (one per sample)."""
+    run_summarization_no_trainer). Flattened first (``preds.flatten()``, ``labels.view(-1)``),
+    each rank's tensor is its batch times its own longest sequence long, and the gather fails
+    the same way: pad the per-token tensor, gather it whole, flatten after. Not reported for
+    a value padded so first, for a collator told ``padding="max_length"``, nor for a
+    sequence-classification label (one per sample)."""
 
     code = "ACC413"
     name = "gathered-unequal-lengths"

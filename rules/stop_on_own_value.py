@@ -459,7 +459,8 @@ class StopOnOwnValue(Rule):
     every pass and logged on some.
 
     The same with a stop-flag file polled by every rank (``if os.path.exists("STOP"):
-    break``, ``Path(...).exists()``): each rank asks the file system when it gets there, so a
+    break``, ``Path(...).exists()``, ``(Path(out) / "STOP").exists()``): each rank asks the
+    file system when it gets there, so a
     file made between two ranks' questions stops one of them a pass before the others (and a
     machine without the shared folder never sees it); the trigger makes it one decision. Not a
     probe gathered or broadcast before the test, nor one of a file named by the loop's own
