@@ -1927,6 +1927,48 @@ def test_a_module_function_that_does_more_than_print_is_not_taken_for_a_printer(
     assert f"{helper}(...) runs on the local main process" not in notes, notes
 
 
+_COUNTING_LOG = (
+    'counts = {"n": 0}\n\n\ndef log(line):\n    counts["n"] += 1\n    print(counts["n"], line)\n'
+)
+
+
+def test_a_printer_that_counts_its_lines_in_a_module_dict_of_its_own_runs_on_the_main_process(
+    tmp_path: Path,
+):
+    """``counts["n"] += 1; print(...)`` (review11a t7): the count only it reads; every rank
+    printed each line before."""
+    utils = (PRINTERS / "utils.py").read_text().replace("def log(line):\n    print(line)\n", "")
+    result = _convert_printers(tmp_path, utils + "\n\n" + _COUNTING_LOG)
+    assert '    if accelerator.is_local_main_process:\n        log("epoch %d done"' in (
+        result.converted.decode()
+    )
+
+
+@pytest.mark.parametrize(
+    "reader",
+    [
+        "\n\ndef total():\n    return counts['n']\n",  # another function of its module reads it
+        None,  # the training script reads it
+    ],
+)
+def test_a_printer_whose_count_is_read_elsewhere_stays_on_every_rank(
+    tmp_path: Path, reader: str | None
+):
+    utils = (PRINTERS / "utils.py").read_text().replace("def log(line):\n    print(line)\n", "")
+    utils += "\n\n" + _COUNTING_LOG + (reader or "")
+    project = tmp_path / "project"
+    shutil.copytree(PRINTERS, project)
+    (project / "utils.py").write_text(utils)
+    if reader is None:
+        train = project / "train.py"
+        train.write_text(
+            train.read_text().replace("import log,", "import counts, log,") + "print(counts)\n"
+        )
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    notes = "\n".join(n.text for n in result.changes)
+    assert "log(...) runs on the local main process" not in notes, notes
+
+
 _SAMPLES_UTILS = """import torch
 
 

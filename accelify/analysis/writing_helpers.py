@@ -371,8 +371,11 @@ def prints_only(
     own_globals = _own_globals(model, function)
     if own_globals is None:
         return None
+    state = module_state(model, function)
+    if state is None:
+        return None
     parameters = {p.name.value for p in all_params(function.params)} - {"self", "cls"}
-    local = (_locals(function) - parameters) | own_globals
+    local = (_locals(function) - parameters) | own_globals | state
     shows = False
     for node in walk(function.body):
         if isinstance(node, (cst.Yield, cst.Nonlocal, cst.Lambda, cst.Raise, cst.Assert)):
@@ -382,8 +385,10 @@ def prints_only(
         if isinstance(node, cst.Return) and node.value is not None:
             return None
         # a parameter bound anew (``msg = "".join(L)``) changes no caller's object
-        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and any(
-            isinstance(n, (cst.Attribute, cst.Subscript)) for n in walk(node.target)
+        if (
+            isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign))
+            and any(isinstance(n, (cst.Attribute, cst.Subscript)) for n in walk(node.target))
+            and _root_of(node.target) not in state
         ):
             return None
         if not isinstance(node, cst.Call):
@@ -398,6 +403,45 @@ def prints_only(
         if not _harmless_call(model, flow, node, local):
             return None
     return model.line(function) if shows else None
+
+
+def _root_of(target: cst.BaseExpression) -> str | None:
+    while isinstance(target, (cst.Attribute, cst.Subscript)):
+        target = target.value
+    return target.value if isinstance(target, cst.Name) else None
+
+
+def module_state(model: ScriptModel, function: cst.FunctionDef) -> set[str] | None:
+    """Module-level objects ``function`` updates in place (``_state["n"] += 1`` of ``_state =
+    {"n": 0}``): a counter only it keeps. None when another function of the module mentions
+    one, or the module binds it more than once: then what it updates is read elsewhere, and
+    the ranks that skip the call would read another value. The modules that import the helper
+    check that they do not read it (`convert.project.imported_printers`)."""
+    state: set[str] = set()
+    for node in walk(function.body):
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and isinstance(
+            node.target, (cst.Attribute, cst.Subscript)
+        ):
+            root = _root_of(node.target)
+            if root is None:
+                return None
+            state.add(root)
+    for name in state:
+        top = [
+            s
+            for s in model.module.body
+            if isinstance(s, cst.SimpleStatementLine)
+            and isinstance(s.body[0], cst.Assign)
+            and any(dotted(t.target) == name for t in s.body[0].targets)
+        ]
+        if len(top) != 1 or name in _locals(function):
+            return None
+    for other in walk(model.module):
+        if not isinstance(other, cst.FunctionDef) or other is function:
+            continue
+        if any(isinstance(n, cst.Name) and n.value in state for n in walk(other)):
+            return None
+    return state
 
 
 def _own_globals(model: ScriptModel, function: cst.FunctionDef) -> set[str] | None:

@@ -28,7 +28,12 @@ from accelify.analysis.project_modules import (
 )
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_main_guard, target_names, walk
-from accelify.analysis.writing_helpers import prints_only, saves_only, writes_only
+from accelify.analysis.writing_helpers import (
+    module_state,
+    prints_only,
+    saves_only,
+    writes_only,
+)
 from accelify.edits.plan import Note
 from accelify.errors import UserError
 from accelify.source import parse
@@ -163,9 +168,22 @@ def imported_printers(
             continue
         facts = facts_of(other)
         line = prints_only(other, facts.placement, facts.calls, facts.flow, function)
+        defined = _top_level_function(other, function)
+        state = module_state(other, defined) if defined is not None else None
+        if state and any(_mentions(model, name) for name in state):
+            continue  # this file reads the counter the helper keeps: every rank keeps it
         if line is not None:
             found[name] = f"{_relative(file, script)}:{line}"
     return found
+
+
+def _mentions(model: ScriptModel, name: str) -> bool:
+    """``_state`` or ``utils._state`` anywhere in ``model``."""
+    return any(
+        (isinstance(n, cst.Name) and n.value == name)
+        or (isinstance(n, cst.Attribute) and n.attr.value == name)
+        for n in walk(model.module)
+    )
 
 
 def imported_file_writers(

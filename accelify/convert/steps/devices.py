@@ -931,6 +931,61 @@ def _device_types(ctx: Context, binding: Binding, as_string: bool, converted: bo
     statement = binding.statement if converted else None
     _compare_device_types(ctx, binding.name, binding.scope, as_string, statement)
     _device_type_arguments(ctx, binding.name, binding.scope, as_string, statement)
+    _device_type_keys(ctx, binding.name, binding.scope, as_string, statement)
+
+
+def _keyed_by_device_types(ctx: Context, table: cst.BaseExpression) -> bool:
+    """``SPEED`` of ``SPEED = {"cpu": 1, "cuda": 10}`` bound once in the module: a table keyed
+    by device types' names (every key a string, one of them a type's name, none a device's
+    index like ``"cuda:1"``)."""
+    if not isinstance(table, cst.Name) or _sets(ctx.model.module, table.value) != 1:
+        return False
+    for node in ctx.model.module.body:
+        if not (isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Assign)):
+            continue
+        assign = node.body[0]
+        if dotted(assign.targets[0].target) != table.value or len(assign.targets) != 1:
+            continue
+        if not isinstance(assign.value, cst.Dict) or not assign.value.elements:
+            return False
+        keys = [getattr(e, "key", None) for e in assign.value.elements]
+        if not all(isinstance(k, cst.SimpleString) for k in keys):
+            return False
+        names = [k.evaluated_value for k in keys]  # type: ignore[union-attr]
+        return any(n in _DEVICE_TYPES for n in names) and not any(":" in str(n) for n in names)
+    return False
+
+
+def _device_type_keys(
+    ctx: Context,
+    name: str,
+    scope: cst.CSTNode,
+    as_string: bool = False,
+    binding: cst.CSTNode | None = None,
+) -> None:
+    """``SPEED[device]`` of a table keyed by device types (``{"cpu": 1, "cuda": 10}``): this
+    rank's device is ``"cuda:1"`` (or a torch.device, an unhashable-as-string key), which no key
+    matches, so the read raised KeyError on a GPU; the type's name is the key the script read."""
+    for node in ctx.model.index.of_type(cst.Subscript):
+        assert isinstance(node, cst.Subscript)
+        if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            continue
+        key = node.slice[0].slice.value
+        read = dotted(key)
+        if read is None or not _keyed_by_device_types(ctx, node.value):
+            continue
+        seen = _reads_binding(ctx, node, read, name, scope, binding)
+        if seen == _NOT or (seen == _EITHER and not _has_torch(ctx)):
+            continue
+        typed = _type_of(read, as_string or seen == _EITHER)
+        ctx.plan.replace(
+            key,
+            Swap(typed),
+            ctx.line(node),
+            f"{ctx.code(node)} -> {ctx.code(node.value)}[{typed}]: the table is keyed by device "
+            f'types, and {read} is this rank\'s device now ("cuda:1")',
+            anywhere=True,
+        )
 
 
 def _has_torch(ctx: Context) -> bool:
@@ -1058,7 +1113,53 @@ def _reads_binding(
     after ``args.device = accelerator.device``; ``device_name`` of ``def amp(device_name)``
     that ``main`` calls with its ``device``). ``_EITHER`` where a call hands it above the
     binding too, while it is still the script's string (``banner(args)`` before
-    ``args.device = ...``)."""
+    ``args.device = ...``). A local alias is the object it names (``cfg = args`` then
+    ``cfg.device``; ``dev = device``): followed up to three names back."""
+    seen = _reads_directly(ctx, node, read, name, scope, binding)
+    for _ in range(3):
+        if seen != _NOT or read is None:
+            break
+        read = _unaliased(ctx, node, read)
+        seen = _reads_directly(ctx, node, read, name, scope, binding) if read else _NOT
+    return seen
+
+
+def _unaliased(ctx: Context, node: cst.CSTNode, read: str) -> str | None:
+    """``cfg.device`` where the function (or module) binds ``cfg = args`` once, above ``node``
+    and not as a parameter: ``args.device``, the same object's attribute. None where the root is
+    no such alias (set twice, unpacked, a call's result)."""
+    root, dot, path = read.partition(".")
+    scope = ctx.model.scope_of(node)
+    if _sets(scope, root) != 1:
+        return None
+    if isinstance(scope, cst.FunctionDef) and root in {
+        p.name.value for p in (*scope.params.params, *scope.params.kwonly_params)
+    }:
+        return None
+    for assign in walk(scope):
+        if not (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and assign.targets[0].target.value == root
+        ):
+            continue
+        value = dotted(assign.value)
+        if value is None or ctx.line(assign) >= ctx.line(node):
+            return None
+        return f"{value}{dot}{path}"
+    return None
+
+
+def _reads_directly(
+    ctx: Context,
+    node: cst.CSTNode,
+    read: str | None,
+    name: str,
+    scope: cst.CSTNode,
+    binding: cst.CSTNode | None = None,
+) -> int:
+    """How ``read`` itself (no alias followed) sees the device; see ``_reads_binding``."""
     if read is None:
         return _NOT
     if read == name and (
