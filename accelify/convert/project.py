@@ -7,7 +7,7 @@ the file and line of the backward it reaches, and what to do there."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,17 +141,12 @@ def imported_writers(
     module of its own folder which write files and do nothing else another rank needs
     (`writing_helpers.writes_only`), with where they are (``utils.py:12``). ``siblings``: the
     file's `sibling_calls`, where the caller has them already."""
-    script = Path(path)
-    found: dict[str, str] = {}
-    calls = siblings if siblings is not None else _sibling_calls(script, model)
-    for _, name, function, file, other in calls:
-        if name in found:
-            continue
+
+    def write_only(other: ScriptModel, function: str) -> int | None:
         facts = facts_of(other)
-        line = writes_only(other, facts.placement, facts.calls, facts.flow, function)
-        if line is not None:
-            found[name] = f"{_relative(file, script)}:{line}"
-    return found
+        return writes_only(other, facts.placement, facts.calls, facts.flow, function)
+
+    return _sibling_functions(path, model, siblings, write_only)
 
 
 def imported_printers(
@@ -160,21 +155,16 @@ def imported_printers(
     """Names this file calls (``progress_bar``, ``utils.log``) that are functions of a module of
     its own folder which only show text on the terminal (`writing_helpers.prints_only`), with
     where they are (``utils.py:12``): run on every rank, each line would show N times."""
-    script = Path(path)
-    found: dict[str, str] = {}
-    calls = siblings if siblings is not None else _sibling_calls(script, model)
-    for _, name, function, file, other in calls:
-        if name in found:
-            continue
+
+    def print_only(other: ScriptModel, function: str) -> int | None:
         facts = facts_of(other)
-        line = prints_only(other, facts.placement, facts.calls, facts.flow, function)
         defined = _top_level_function(other, function)
         state = module_state(other, defined) if defined is not None else None
         if state and any(_mentions(model, name) for name in state):
-            continue  # this file reads the counter the helper keeps: every rank keeps it
-        if line is not None:
-            found[name] = f"{_relative(file, script)}:{line}"
-    return found
+            return None  # this file reads the counter the helper keeps: every rank keeps it
+        return prints_only(other, facts.placement, facts.calls, facts.flow, function)
+
+    return _sibling_functions(path, model, siblings, print_only)
 
 
 def _mentions(model: ScriptModel, name: str) -> bool:
@@ -193,18 +183,14 @@ def imported_file_writers(
     folder whose body writes a file itself (``torch.save``, a file opened for writing, any
     write `side_effects` knows), with where the first write is (``utils.py:12``): whatever
     else they do, every rank that calls one writes that file."""
-    script = Path(path)
-    found: dict[str, str] = {}
-    calls = siblings if siblings is not None else _sibling_calls(script, model)
-    for _, name, function, file, other in calls:
-        if name in found:
-            continue
+
+    def first_write(other: ScriptModel, function: str) -> int | None:
         defined = _top_level_function(other, function)
         if defined is None or any(
             isinstance(node, cst.Call) and other.call_names(node) & collectives.FUNCTIONS
             for node in walk(defined.body)
         ):
-            continue  # one that meets the other ranks cannot run on the main process alone
+            return None  # one that meets the other ranks cannot run on the main process alone
         write = next(
             (
                 node
@@ -215,8 +201,29 @@ def imported_file_writers(
             ),
             None,
         )
-        if write is not None:
-            found[name] = f"{_relative(file, script)}:{other.line(write)}"
+        return None if write is None else other.line(write)
+
+    return _sibling_functions(path, model, siblings, first_write)
+
+
+def _sibling_functions(
+    path: str | Path,
+    model: ScriptModel,
+    siblings: list[SiblingCall] | None,
+    line_of: Callable[[ScriptModel, str], int | None],
+) -> dict[str, str]:
+    """Each name this file calls of a function of a module of its own folder for which
+    ``line_of`` (given that module and the function's name) names a line, with where that is
+    (``utils.py:12``)."""
+    script = Path(path)
+    found: dict[str, str] = {}
+    calls = siblings if siblings is not None else _sibling_calls(script, model)
+    for _, name, function, file, other in calls:
+        if name in found:
+            continue
+        line = line_of(other, function)
+        if line is not None:
+            found[name] = f"{_relative(file, script)}:{line}"
     return found
 
 
