@@ -11,13 +11,14 @@ never taken for gone). Standard library only.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
 import stat
 import tempfile
 from pathlib import Path
+
+from accelify.runtime.launch.lifeline import alive
 
 #: The kinds of folder: the launcher's records, the template's socket, the tests' fork server
 KINDS = ("launch", "ranks", "forks")
@@ -65,18 +66,4 @@ def sweep(folder: str | None = None) -> list[Path]:
 
 
 def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return True  # not a process of ours to judge
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's: alive
-        return True
-    # a zombie its parent has not collected holds its folder no more
-    with (
-        contextlib.suppress(OSError),
-        open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as status,
-    ):
-        return status.read().rpartition(")")[2].split()[0] != "Z"
-    return True
+    return pid <= 0 or alive(pid)  # pid 0 or below: not a process of ours to judge

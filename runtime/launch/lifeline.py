@@ -54,11 +54,13 @@ def die_with_the_launcher(environ: dict[str, str] | None = None) -> None:
     launcher = int(value)
     if os.getppid() == launcher:
         die_with(launcher)
-    elif not _alive(launcher):
+    elif not alive(launcher):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: another user's counts as running; a zombie its parent has
+    not collected does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
