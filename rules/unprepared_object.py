@@ -1962,18 +1962,7 @@ def _sized_per_process_by_division(script: ScriptModel, step: cst.Call, name: st
         return False
     binding = bindings[0]
     built = script.order(binding.assign)
-    values: list[cst.CSTNode] = [binding.value]
-    seen = {name}
-    for value in values:
-        for node in walk(value):
-            if isinstance(node, cst.Name) and node.value not in seen and len(values) < 32:
-                seen.add(node.value)
-                values += [
-                    bound
-                    for statement, bound in script.index.values_bound_to(node.value)
-                    if script.scope_of(statement) is binding.scope
-                    and script.order(statement) < built
-                ]
+    values = _values_feeding(script, binding, name, built)
     loaders = script.names_of(Kind.DATALOADER) | script.prepared_names  # a loader of the caller's
     measured = divided = False
     for value in values:
@@ -2035,18 +2024,7 @@ def _sized_by_a_whole_loader_at(
     }
     # the names its arguments read, and the names their values read (``total =
     # per_epoch * epochs`` over ``per_epoch = len(loader) // accumulation``), in its scope
-    values: list[cst.CSTNode] = [binding.value]
-    seen = {name}
-    for value in values:
-        for node in walk(value):
-            if isinstance(node, cst.Name) and node.value not in seen and len(values) < 32:
-                seen.add(node.value)
-                values += [
-                    bound
-                    for statement, bound in script.index.values_bound_to(node.value)
-                    if script.scope_of(statement) is binding.scope
-                    and script.order(statement) < built
-                ]
+    values = _values_feeding(script, binding, name, built)
     for value in values:
         for node in walk(value):
             if (
@@ -2448,3 +2426,24 @@ def _backward_changes_gradients(script: ScriptModel) -> str | None:
         for call in script.calls
     )
     return found if backward else None
+
+
+def _values_feeding(
+    script: ScriptModel, binding: Binding, name: str | None, built: int
+) -> list[cst.CSTNode]:
+    """``binding``'s value, and the values of the names it reads bound above it in its scope,
+    and theirs (``total = per_epoch * epochs`` over ``per_epoch = len(loader) // accumulation``):
+    at most 32, enough for any sizing written by hand."""
+    values: list[cst.CSTNode] = [binding.value]
+    seen = {name}
+    for value in values:
+        for node in walk(value):
+            if isinstance(node, cst.Name) and node.value not in seen and len(values) < 32:
+                seen.add(node.value)
+                values += [
+                    bound
+                    for statement, bound in script.index.values_bound_to(node.value)
+                    if script.scope_of(statement) is binding.scope
+                    and script.order(statement) < built
+                ]
+    return values
