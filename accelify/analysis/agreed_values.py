@@ -398,18 +398,10 @@ class AgreedValues:
     def _state_read_through(self, value: cst.BaseExpression, function: Scope) -> set[str]:
         """The instance attributes ``value`` reads, directly or through the locals of
         ``function`` it reads (``loss = self.val_losses[-1]``, then ``loss > best``)."""
-        bound: dict[str, list[cst.BaseExpression]] = {}
-        for node in self.model.index.own_nodes(function):
-            if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign) and node.value:
-                targets = (
-                    [t.target for t in node.targets]
-                    if isinstance(node, cst.Assign)
-                    else [node.target]
-                )
-                for target in targets:
-                    for name in walk(target):
-                        if isinstance(name, cst.Name):
-                            bound.setdefault(name.value, []).append(node.value)
+        bound = {
+            name: [node.value for node in nodes if node.value is not None]
+            for name, nodes in self._assignments_by_name(function).items()
+        }
         found = _own_state_read(value)
         pending = [n.value for n in walk(value) if isinstance(n, cst.Name)]
         seen: set[str] = set()
@@ -421,6 +413,24 @@ class AgreedValues:
             for each in bound.get(name, []):
                 found |= _own_state_read(each)
                 pending += [n.value for n in walk(each) if isinstance(n, cst.Name)]
+        return found
+
+    def _assignments_by_name(
+        self, function: Scope
+    ) -> dict[str, list[cst.Assign | cst.AugAssign | cst.AnnAssign]]:
+        """The assignments in ``function``'s own body, by each name their targets bind
+        (``a, b = ...`` under both), in order."""
+        found: dict[str, list[cst.Assign | cst.AugAssign | cst.AnnAssign]] = {}
+        for node in self.model.index.own_nodes(function):
+            if not isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign):
+                continue
+            targets = (
+                [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            )
+            for target in targets:
+                for name in walk(target):
+                    if isinstance(name, cst.Name):
+                        found.setdefault(name.value, []).append(node)
         return found
 
     def _from_training(self, write: cst.CSTNode) -> bool:
@@ -435,18 +445,7 @@ class AgreedValues:
         function = self.facts.placement.enclosing_function(write)
         if function is None:
             return False
-        bindings: dict[str, list[cst.CSTNode]] = {}
-        for node in self.model.index.own_nodes(function):
-            if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign):
-                targets = (
-                    [t.target for t in node.targets]
-                    if isinstance(node, cst.Assign)
-                    else [node.target]
-                )
-                for target in targets:
-                    for name in walk(target):
-                        if isinstance(name, cst.Name):
-                            bindings.setdefault(name.value, []).append(node)
+        bindings = self._assignments_by_name(function)
         pending = [n.value for n in walk(write.value) if isinstance(n, cst.Name)]
         seen: set[str] = set()
         while pending:
@@ -457,7 +456,7 @@ class AgreedValues:
             for binding in bindings.get(name, []):
                 if any(self.model.inside(binding, loop) for loop in training):
                     return True
-                value = binding.value  # type: ignore[attr-defined]
+                value = binding.value
                 if value is not None:
                     pending += [n.value for n in walk(value) if isinstance(n, cst.Name)]
         return False
