@@ -312,19 +312,7 @@ def _config_stages(script: ScriptModel) -> list[int]:
                 and element.key.evaluated_value == "zero_optimization"
             ):
                 continue
-            inner = element.value
-            stage = None
-            if isinstance(inner, cst.Dict):
-                stage = next(
-                    (
-                        e.value
-                        for e in inner.elements
-                        if isinstance(e, cst.DictElement)
-                        and isinstance(e.key, cst.SimpleString)
-                        and e.key.evaluated_value == "stage"
-                    ),
-                    None,
-                )
+            stage = _stage_of(element.value)
             if not isinstance(stage, cst.Integer):
                 return []
             stages.append(stage.evaluated_value)
