@@ -13,7 +13,7 @@ from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.analysis.writing_helpers import arguments_change_state
 from accelify.convert.steps.context import Context
-from accelify.edits.kinds import Guard
+from accelify.edits import rewrites
 
 
 def run(ctx: Context) -> None:
@@ -30,7 +30,7 @@ def run(ctx: Context) -> None:
         statement = ctx.statement_of(call)
         acc = ctx.accelerator_at(statement)
         ctx.plan.add(
-            Guard(statement, f"{acc}.is_local_main_process"),
+            rewrites.local_main_process_only(statement, acc),
             line=ctx.line(statement),
             text=f"{ctx.code(call.func)}(...) runs on the local main process only (it only "
             f"prints: {where}), as {acc}.print prints",
