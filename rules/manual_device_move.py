@@ -12,7 +12,7 @@ from accelify.analysis.device_moves import (
     saved_whole,
 )
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, root_name, target_names
+from accelify.analysis.syntax import dotted, root_name, target_names, walk
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -111,6 +111,29 @@ class ManualDeviceMove(Rule):
             + 'import torch\ndevice = torch.device("cuda")\nfor xb, yb in loader:\n    pass\n',
         ),
         Example(_PREPARED + "model.cuda()\n", 4, 1, _PREPARED),
+        # lintreal42 (a TorchIO segmentation trainer): the parts of a nested dict batch, taken
+        # out under accumulate() and moved to a hard-coded CUDA device
+        Example(
+            HEADER
+            + "model = accelerator.prepare_model(model)\n"
+            + "optimizer = accelerator.prepare_optimizer(opt)\n"
+            + "loader = accelerator.prepare_data_loader(data_loader=loader)\n"
+            + "for i, inputs in enumerate(loader):\n"
+            + "    with accelerator.accumulate(model):\n"
+            + "        img, label = inputs['source']['data'], inputs['label']['data']\n"
+            + "        img = img.cuda()\n"
+            + "        accelerator.backward(loss_fn(model(img), label))\n",
+            9,
+            15,
+            HEADER
+            + "model = accelerator.prepare_model(model)\n"
+            + "optimizer = accelerator.prepare_optimizer(opt)\n"
+            + "loader = accelerator.prepare_data_loader(data_loader=loader)\n"
+            + "for i, inputs in enumerate(loader):\n"
+            + "    with accelerator.accumulate(model):\n"
+            + "        img, label = inputs['source']['data'], inputs['label']['data']\n"
+            + "        accelerator.backward(loss_fn(model(img), label))\n",
+        ),
         Example(
             _PREPARED + "for x, y in loader:\n    out = model(x.to('cuda', non_blocking=True))\n",
             5,
@@ -146,6 +169,16 @@ class ManualDeviceMove(Rule):
         _PREPARED + "model.to(device=accelerator.device, dtype=torch.float16)\n",
         _PREPARED + "device = accelerator.device\nfor x, y in loader:\n    x = x.to(device)\n",
         HEADER + "vae = Vae()\nvae.to('cuda:0')\n",
+        # a part of the batch sent through a CPU transform, then moved back: the move is needed
+        _PREPARED
+        + "for batch in loader:\n"
+        + "    img = batch['img']\n"
+        + "    img = augment_on_cpu(img)\n"
+        + "    img = img.cuda()\n",
+        _PREPARED
+        + "for batch in loader:\n"
+        + "    img = batch['img'].cpu().numpy()\n"
+        + "    out = model(torch.from_numpy(img).cuda())\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -163,6 +196,7 @@ class ManualDeviceMove(Rule):
             if dotted(func.value) in names and saved_whole(script, call):
                 continue  # the wrapper pickled whole: ACC503 unwraps it, which keeps the move
             batches = batch_names_of(script, call, names)
+            batches |= _batch_parts(script, call, names, batches)
             if _over_a_batch(script, call, batches):
                 # ``{k: v.to(device) for k, v in batch.items()}``: no removal leaves clean code
                 yield self.finding(script, call, None, message=None if fixed else _CUDA_MESSAGE)
@@ -200,6 +234,88 @@ def _over_a_batch(script: ScriptModel, call: cst.Call, batches: set[str]) -> boo
                 return True
             for_in = for_in.inner_for_in
     return False
+
+
+#: What a tensor's method hands back off the device, or not as a tensor at all.
+_OFF_DEVICE = frozenset({"cpu", "numpy", "tolist", "item", "detach_", "size", "dim"})
+#: Attributes of a tensor that are no tensor on the device.
+_NOT_ON_DEVICE = frozenset({"shape", "dtype", "device", "ndim", "is_cuda"})
+
+
+def _batch_parts(
+    script: ScriptModel, call: cst.Call, loaders: set[str], batches: set[str]
+) -> set[str]:
+    """Names the loop body binds to parts of a batch of a prepared loader, anywhere in it (also
+    under ``with accelerator.accumulate(model):``): ``img, label = inputs['source']['data'],
+    inputs['label']['data']`` (a TorchIO loader's nested dicts), ``x = batch['x'].float()``.
+    prepare placed every tensor of the batch, nested or not, so these are on the device too. A
+    name also bound to anything else in the loop (``img = cpu_transform(img)``, ``.cpu()``,
+    ``.numpy()``) is left out: its move may be needed."""
+    found: set[str] = set()
+    for loop in script.loops:
+        if loop.iterable not in loaders or not (loop.batch_names & batches):
+            continue
+        if not any(a is loop.node for a in script.ancestors(call)):
+            continue
+        bindings: list[tuple[str, cst.BaseExpression]] = []
+        for node in walk(loop.node.body):
+            if type(node) is cst.Assign:
+                for target in node.targets:  # type: ignore[attr-defined]
+                    bindings += _paired(target.target, node.value)  # type: ignore[attr-defined]
+        parts: set[str] = set()
+        for _ in range(4):  # ``inputs = batch['inputs']`` then ``x = inputs['x']``
+            sources = loop.batch_names | parts
+            grown = {
+                name
+                for name, _value in bindings
+                if name not in loop.batch_names
+                and all(_on_device(v, sources | {name}) for n, v in bindings if n == name)
+                and any(_on_device(v, sources) for n, v in bindings if n == name)
+            }
+            if grown <= parts:
+                break
+            parts |= grown
+        found |= parts
+    return found
+
+
+def _paired(
+    target: cst.BaseExpression, value: cst.BaseExpression
+) -> list[tuple[str, cst.BaseExpression]]:
+    """``(name, value)`` for each plain name an assignment binds, element by element where
+    both sides are tuples of one length; a name unpacked from one value gets no value
+    (``cst.Ellipsis``), so it counts as bound to something else."""
+    if isinstance(target, cst.Name):
+        return [(target.value, value)]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements):
+            return [
+                pair
+                for kept, source in zip(target.elements, value.elements, strict=True)
+                for pair in _paired(kept.value, source.value)
+            ]
+        return [(name, cst.Ellipsis()) for name in target_names(target)]
+    return []
+
+
+def _on_device(value: cst.BaseExpression, sources: set[str]) -> bool:
+    """``value`` is a tensor of one of ``sources`` left where it was: indexed (``b['x'][0]``),
+    an attribute (``b.x``), or a tensor method that keeps its device (``.float()``,
+    ``.cuda()``, ``.unsqueeze(0)``)."""
+    node = value
+    while True:
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value in _OFF_DEVICE:
+                return False
+            node = node.func.value
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        elif isinstance(node, cst.Attribute):
+            if node.attr.value in _NOT_ON_DEVICE:
+                return False
+            node = node.value
+        else:
+            return isinstance(node, cst.Name) and node.value in sources
 
 
 def _hard_coded_cuda(script: ScriptModel, call: cst.Call) -> bool:

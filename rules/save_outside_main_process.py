@@ -60,6 +60,10 @@ class SaveOutsideMainProcess(Rule):
     reported."""
 
     code = "ACC201"
+    # a save outside the rank test of a name bound only under it (a diffusion trainer's
+    # ``pipeline = DDPMPipeline(...)`` under ``is_main_process``, ``pipeline.save_pretrained``
+    # after it): ACC209 sees the unbound read; the guard this finding advises fixes both
+    covers = ("ACC209",)
     name = "save-outside-main-process"
     message = (
         "Save on the main process only: accelerator.save(...) "
@@ -219,6 +223,17 @@ class SaveOutsideMainProcess(Rule):
             "if accelerator.is_main_process:\n"
             '    torch.save(model.state_dict(), "last.pt")\n'
             "shutil.copy('last.pt', 'best.pt')\n",
+            7,
+            1,
+        ),
+        # lintreal42 (a DDPM trainer held in an nn.Module): the pipeline is built under the
+        # rank test and saved after it, by every rank; one finding, this rule's (not ACC209's)
+        Example(
+            HEADER + "model = accelerator.prepare(model)\n"
+            "accelerator.wait_for_everyone()\n"
+            "if accelerator.is_main_process:\n"
+            "    pipeline = Pipeline(unet=accelerator.unwrap_model(model))\n"
+            "pipeline.save_pretrained('progress')\n",
             7,
             1,
         ),

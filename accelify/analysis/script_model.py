@@ -1087,15 +1087,24 @@ def _wrapped_prepare(model: ScriptModel, value: cst.BaseExpression, wrapping: se
     return owner is not None and id(owner) in wrapping
 
 
+#: The Accelerator's methods that hand back what they were given, prepared.
+_PREPARE_METHODS = frozenset(
+    {"prepare", "prepare_model", "prepare_data_loader", "prepare_optimizer", "prepare_scheduler"}
+)
+
+
 def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:
     """``accelerator.prepare(...)``, also through an instance of a class of the file that
     holds ``self.accelerator`` (``train_loader = trainer.accelerator.prepare(train_loader)``),
     and ``accelerator.prepare_model(model)``, which wraps the model as ``prepare`` does; not
-    with ``evaluation_mode=True``, which leaves it unwrapped (an evaluator's copy)."""
+    with ``evaluation_mode=True``, which leaves it unwrapped (an evaluator's copy). Its
+    one-object siblings ``prepare_data_loader``, ``prepare_optimizer`` and
+    ``prepare_scheduler`` shard, place and wrap their object as ``prepare`` does too (a
+    segmentation trainer's ``build_accelerator`` prepares each so)."""
     if not (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in ("prepare", "prepare_model")
+        and value.func.attr.value in _PREPARE_METHODS
     ):
         return False
     if value.func.attr.value == "prepare_model" and _evaluation_mode(value):
