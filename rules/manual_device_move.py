@@ -28,6 +28,23 @@ if TYPE_CHECKING:
     from accelify.edits.plan import Plan
 
 _PREPARED = HEADER + "model, loader = accelerator.prepare(model, loader)\n"
+#: A loader of nested dict batches (TorchIO's ``{'source': {'data': ...}}``), for ACC101's
+#: batch parts; its step, after the part's move.
+_DICT_BATCHES = (
+    HEADER
+    + "import torch\n"
+    + "batches = [{'source': {'data': x}, 'label': {'data': y}}]\n"
+    + "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    + "model, opt, loader = accelerator.prepare(model, opt, torch.utils.data.DataLoader(batches))\n"
+    + "for i, inputs in enumerate(loader):\n"
+    + "    with accelerator.accumulate(model):\n"
+    + "        img, label = inputs['source']['data'][0], inputs['label']['data'][0]\n"
+)
+_DICT_STEP = (
+    "        accelerator.backward((model(img) - label).pow(2).mean())\n"
+    + "        opt.step()\n"
+    + "        opt.zero_grad()\n"
+)
 
 
 class ManualDeviceMove(Rule):
@@ -114,31 +131,21 @@ class ManualDeviceMove(Rule):
         # lintreal42 (a TorchIO segmentation trainer): the parts of a nested dict batch, taken
         # out under accumulate() and moved to a hard-coded CUDA device
         Example(
-            HEADER
-            + "model = accelerator.prepare_model(model)\n"
-            + "optimizer = accelerator.prepare_optimizer(opt)\n"
-            + "loader = accelerator.prepare_data_loader(data_loader=loader)\n"
-            + "for i, inputs in enumerate(loader):\n"
-            + "    with accelerator.accumulate(model):\n"
-            + "        img, label = inputs['source']['data'], inputs['label']['data']\n"
-            + "        img = img.cuda()\n"
-            + "        accelerator.backward(loss_fn(model(img), label))\n",
-            9,
+            _DICT_BATCHES + "        img = img.cuda()\n" + _DICT_STEP,
+            10,
             15,
-            HEADER
-            + "model = accelerator.prepare_model(model)\n"
-            + "optimizer = accelerator.prepare_optimizer(opt)\n"
-            + "loader = accelerator.prepare_data_loader(data_loader=loader)\n"
-            + "for i, inputs in enumerate(loader):\n"
-            + "    with accelerator.accumulate(model):\n"
-            + "        img, label = inputs['source']['data'], inputs['label']['data']\n"
-            + "        accelerator.backward(loss_fn(model(img), label))\n",
+            _DICT_BATCHES + _DICT_STEP,
         ),
+        # ... its loader prepared by prepare_data_loader, as the trainer's factory does
         Example(
-            _PREPARED + "for x, y in loader:\n    out = model(x.to('cuda', non_blocking=True))\n",
-            5,
+            "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+            + "model = accelerator.prepare_model(model)\n"
+            + "loader = accelerator.prepare_data_loader(data_loader=loader)\n"
+            + "for inputs in loader:\n"
+            + "    img = inputs['source']['data']\n"
+            + "    out = model(img.cuda())\n",
+            7,
             17,
-            _PREPARED + "for x, y in loader:\n    out = model(x)\n",
         ),
     )
     good = (
