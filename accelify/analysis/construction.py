@@ -516,7 +516,9 @@ def _prepared_as_a_model(
 
 
 def _loaded_pretrained(script: ScriptModel, source: str, function: cst.FunctionDef) -> bool:
-    """``source`` is bound in ``function`` from a ``...from_pretrained(...)`` call."""
+    """``source`` is bound in ``function`` from a ``...from_pretrained(...)`` call, also spelled
+    ``getattr(model_class, 'from_pretrained')(path)`` (an evaluation harness's class picked from
+    the config's ``architectures``)."""
     for assign in script.index.assignments_to(source):
         if script.index.enclosing_function(assign) is not function:
             continue
@@ -526,7 +528,22 @@ def _loaded_pretrained(script: ScriptModel, source: str, function: cst.FunctionD
         func = value.func if isinstance(value, cst.Call) else None
         if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
             return True
+        if _getattr_of(func) == "from_pretrained":
+            return True
     return False
+
+
+def _getattr_of(node: cst.BaseExpression | None) -> str | None:
+    """``name`` of ``getattr(obj, "name")``, a literal attribute looked up by name."""
+    if not (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "getattr"
+        and len(node.args) == 2
+        and isinstance(node.args[1].value, cst.SimpleString)
+    ):
+        return None
+    return node.args[1].value.evaluated_value  # type: ignore[return-value]
 
 
 def run_by_construction(graph: CallGraph, method: cst.FunctionDef) -> frozenset[cst.FunctionDef]:
