@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.accelerator_objects import gradients_averaged_by_hand, without_accelerator
 from accelify.analysis.facts import facts_of
 from accelify.analysis.precision import apex_scaled_backward
@@ -357,10 +358,12 @@ class LossBackward(Rule):
                 continue
             if _scaled_by_hand(script, call) and not _accelerator_never_scales(script):
                 # kept inside accelerator.backward, the GradScaler's scaling would come on top
-                # of the Accelerator's own for fp16, and the scaler's step unscales only its own
+                # of the Accelerator's own for fp16, and the scaler's step unscales only its own;
+                # the advice drops the GradScaler, which ACC504 reports where it is made
                 yield self.finding(
                     script,
                     call,
+                    covers=_scaler_constructions(script, call),
                     message=(
                         f"Call {acc}.backward(loss) on the unscaled loss and drop the GradScaler "
                         f"(its scale, step and update): {acc}.backward scales an fp16 loss itself "
@@ -401,6 +404,20 @@ def _scaled_by_hand(script: ScriptModel, call: cst.Call) -> bool:
     owner = dotted(receiver.func.value) or ""
     scalers = {binding.name for binding in script.of_kind(Kind.SCALER)}
     return owner in scalers or owner.lower().endswith("scaler")
+
+
+def _scaler_constructions(script: ScriptModel, call: cst.Call) -> list[tuple[int, int, str]]:
+    """Where the GradScaler of ``scaler.scale(loss).backward()`` is made (``scaler =
+    torch.cuda.amp.GradScaler()``), as ACC504 reports it: this finding's advice drops it."""
+    scale = call.func.value  # type: ignore[union-attr]
+    owner = dotted(scale.func.value) or ""  # type: ignore[union-attr]
+    found = []
+    for assign in script.index.assignments_to(owner):
+        value = assign.value
+        if isinstance(value, cst.Call) and script.call_names(value) & names.GRAD_SCALERS:
+            start = script.position(value).start
+            found.append((start.line, start.column + 1, "ACC504"))
+    return found
 
 
 def _accelerator_never_scales(script: ScriptModel) -> bool:

@@ -1830,3 +1830,27 @@ def test_a_read_in_a_helper_also_called_on_one_rank_is_advised_the_wait_at_its_e
     assert "Call accelerator.wait_for_everyone() before this read" in (
         the_finding(unguarded, "ACC212").message
     )
+
+
+def test_scaled_backward_covers_the_grad_scaler_it_drops():
+    """lintreal42 (a time-series trainer whose Accelerator comes from its base class): ACC301's
+    advice for ``scaler.scale(loss).backward()`` drops the GradScaler, so ACC504's finding where
+    the scaler is made is the same bug, reported once; with ACC301 left out ACC504 stays."""
+    code = (
+        "import torch\n"
+        "from exp_basic import ExpBasic\n\n\n"
+        "class Exp(ExpBasic):\n"
+        "    def train(self, loader, optimizer):\n"
+        "        scaler = torch.cuda.amp.GradScaler()\n"
+        "        self.model, loader, optimizer = self.accelerator.prepare(\n"
+        "            self.model, loader, optimizer)\n"
+        "        for x, y in loader:\n"
+        "            loss = (self.model(x) - y).pow(2).mean()\n"
+        "            scaler.scale(loss).backward()\n"
+        "            scaler.step(optimizer)\n"
+        "            scaler.update()\n"
+    )
+    both = lint_source(code.encode(), "example.py", Selection(select=["ACC301", "ACC504"]))
+    assert [(f.code, f.line) for f in both.findings] == [("ACC301", 12)]
+    alone = lint(code, "ACC504")
+    assert [(f.code, f.line) for f in alone.findings] == [("ACC504", 7)]
