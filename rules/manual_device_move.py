@@ -136,6 +136,22 @@ class ManualDeviceMove(Rule):
             15,
             _DICT_BATCHES + _DICT_STEP,
         ),
+        # ... the factory that prepares them returning them to train() under other names
+        Example(
+            "from accelerate import Accelerator\n\n\n"
+            + "def build_accelerator(model, opt, trainloader):\n"
+            + "    accelerator = Accelerator()\n"
+            + "    model, opt, trainloader = accelerator.prepare(model, opt, trainloader)\n"
+            + "    return accelerator, model, opt, trainloader\n\n\n"
+            + "def train(net, optimizer, trainLoader):\n"
+            + "    accelerator, net, optimizer, trainLoader = build_accelerator(\n"
+            + "        net, optimizer, trainLoader)\n"
+            + "    for inputs in trainLoader:\n"
+            + "        img = inputs['source']['data'].cuda()\n"
+            + "        accelerator.backward(net(img).sum())\n",
+            14,
+            15,
+        ),
         # ... its loader prepared by prepare_data_loader, as the trainer's factory does
         Example(
             "from accelerate import Accelerator\naccelerator = Accelerator()\n"
@@ -176,6 +192,17 @@ class ManualDeviceMove(Rule):
         _PREPARED + "model.to(device=accelerator.device, dtype=torch.float16)\n",
         _PREPARED + "device = accelerator.device\nfor x, y in loader:\n    x = x.to(device)\n",
         HEADER + "vae = Vae()\nvae.to('cuda:0')\n",
+        # a factory that prepares the model but hands the loader back as it was given
+        "from accelerate import Accelerator\n\n\n"
+        + "def build_accelerator(model, trainloader):\n"
+        + "    accelerator = Accelerator()\n"
+        + "    model = accelerator.prepare(model)\n"
+        + "    return accelerator, model, trainloader\n\n\n"
+        + "def train(net, trainLoader):\n"
+        + "    accelerator, net, trainLoader = build_accelerator(net, trainLoader)\n"
+        + "    for inputs in trainLoader:\n"
+        + "        img = inputs['source']['data'].cuda()\n"
+        + "        accelerator.backward(net(img).sum())\n",
         # a part of the batch sent through a CPU transform, then moved back: the move is needed
         _PREPARED
         + "for batch in loader:\n"
@@ -191,6 +218,7 @@ class ManualDeviceMove(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         if _placement_disabled(script):
             return  # Accelerator(device_placement=False): moving batches is the script's job
+        handed: list[tuple[cst.Assign, str]] | None = None
         for call in calls(script):
             func = call.func
             if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
@@ -200,6 +228,9 @@ class ManualDeviceMove(Rule):
             if not (fixed or cuda):
                 continue
             names = prepared(script, call)
+            if handed is None:
+                handed = _handed_back_prepared(script)
+            names |= _handed_before(script, call, handed)
             if dotted(func.value) in names and saved_whole(script, call):
                 continue  # the wrapper pickled whole: ACC503 unwraps it, which keeps the move
             batches = batch_names_of(script, call, names)
@@ -241,6 +272,41 @@ def _over_a_batch(script: ScriptModel, call: cst.Call, batches: set[str]) -> boo
                 return True
             for_in = for_in.inner_for_in
     return False
+
+
+def _handed_back_prepared(script: ScriptModel) -> list[tuple[cst.Assign, str]]:
+    """Each caller's name for what a function of the file prepares and returns: ``accelerator,
+    model, opt, trainLoader = build_accelerator(model, opt, trainLoader)`` where
+    ``build_accelerator`` returns its ``prepare_data_loader`` output at that place (a
+    segmentation trainer's factory; the caller's name need not be the factory's)."""
+    from accelify.analysis.facts import facts_of
+    from accelify.analysis.returned_values import held_by_callers
+
+    by_function: dict[int, tuple[cst.FunctionDef, set[str]]] = {}
+    for prepare in script.prepare_calls:
+        function = script.index.enclosing_function(prepare.call)
+        if function is not None:
+            entry = by_function.setdefault(id(function), (function, set()))
+            entry[1].update(name for name in prepare.outputs if name and "." not in name)
+    facts = facts_of(script)
+    return [
+        pair
+        for function, outputs in by_function.values()
+        for pair in held_by_callers(facts, function, outputs)
+    ]
+
+
+def _handed_before(
+    script: ScriptModel, call: cst.Call, handed: list[tuple[cst.Assign, str]]
+) -> set[str]:
+    """The names `_handed_back_prepared` binds earlier in ``call``'s own function."""
+    function = script.index.enclosing_function(call)
+    here = script.order(call)
+    return {
+        name
+        for assign, name in handed
+        if script.index.enclosing_function(assign) is function and script.order(assign) < here
+    }
 
 
 #: What a tensor's method hands back off the device, or not as a tensor at all.
