@@ -340,6 +340,9 @@ class OptimizerNeverStepped(Rule):
                 continue
             reported.add(id(test))
             message = _message(script, call, optimizer, steps[optimizer], test, through)
+            others = _other_tests(tests, test)  # type: ignore[arg-type]
+            if others:
+                message = _several_tests(script, message, optimizer, test, others)
             if at is not call:  # at the call of the backward's helper in the arm the test picks
                 message = message.replace(
                     " runs: ", f" runs (line {script.line(call)}, through this call): ", 1
@@ -750,4 +753,38 @@ def _message(
         f"(`{script.module.code_for_node(test.test)}`), so on this path the gradients pile up "
         f"and the model never trains; call {optimizer}.step() and {optimizer}.zero_grad() "
         "after the if/else, on both paths"
+    )
+
+
+def _other_tests(
+    tests: list[tuple[cst.If, cst.CSTNode, cst.CSTNode]], first: cst.If
+) -> list[cst.If]:
+    """The tests besides ``first`` that part some step from the backward (a step under ``if
+    use_amp:`` and another under ``if not accelerate:`` in its ``else``)."""
+    found: list[cst.If] = []
+    for test, _, _ in tests:
+        if test is not first and all(test is not seen for seen in found):
+            found.append(test)
+    return found
+
+
+def _several_tests(
+    script: ScriptModel, message: str, optimizer: str, first: cst.If, others: list[cst.If]
+) -> str:
+    """The message for steps parted from the backward by different tests: it names every test,
+    and the step goes right after this backward, on this path alone (after the outer if/else
+    it would run twice on the path that already steps, a GradScaler's ``scaler.step``)."""
+    named = ", ".join(
+        f"line {script.line(t)} (`{script.module.code_for_node(t.test)}`)" for t in [first, *others]
+    )
+    one = (
+        f"the other side of the test at line {script.line(first)} "
+        f"(`{script.module.code_for_node(first.test)}`)"
+    )
+    message = message.replace(one, f"the other sides of the tests at {named}", 1)
+    return message.replace(
+        f"call {optimizer}.step() and {optimizer}.zero_grad() after the if/else, on both paths",
+        f"call {optimizer}.step() and {optimizer}.zero_grad() right after this backward, on this "
+        "path",
+        1,
     )

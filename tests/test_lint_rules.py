@@ -1854,3 +1854,34 @@ def test_scaled_backward_covers_the_grad_scaler_it_drops():
     assert [(f.code, f.line) for f in both.findings] == [("ACC301", 12)]
     alone = lint(code, "ACC504")
     assert [(f.code, f.line) for f in alone.findings] == [("ACC504", 7)]
+
+
+def test_never_stepped_names_every_test_that_parts_a_step():
+    """lintreal42 (a time-series Exp): one step under ``if use_amp:`` (``scaler.step``), the
+    other in the ``else`` under ``if not accelerate``; the accelerate path backwards and never
+    steps. The finding names both tests, and advises the step on this path: after the outer
+    if/else it would step twice on the GradScaler's path."""
+    code = (
+        "import torch\n"
+        "from accelerate import Accelerator\n\n"
+        "accelerator = Accelerator()\n"
+        "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+        "for x, y in loader:\n"
+        "    opt.zero_grad()\n"
+        "    loss = (model(x) - y).pow(2).mean()\n"
+        "    if args.use_amp:\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.step(opt)\n"
+        "        scaler.update()\n"
+        "    else:\n"
+        "        if args.accelerate:\n"
+        "            accelerator.backward(loss)\n"
+        "        else:\n"
+        "            loss.backward()\n"
+        "            opt.step()\n"
+    )
+    finding = the_finding(code, "ACC312")
+    assert finding.line == 15
+    assert "line 9 (`args.use_amp`), line 14 (`args.accelerate`)" in finding.message
+    assert "right after this backward, on this path" in finding.message
+    assert "after the if/else" not in finding.message
