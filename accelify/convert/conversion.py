@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +171,10 @@ def _converted_together(
     if alone is not None:
         return alone if file == pair.engine else None
     split = across.combine_and_split(
-        pair, lambda source, where: convert_source(source, where, options, together=False)
+        pair,
+        lambda source, where, engine_from: convert_source(
+            source, where, replace(options, foreign_from=engine_from), together=False
+        ),
     )
     if split is None:
         return None
