@@ -936,6 +936,78 @@ def test_a_top_level_driver_and_its_engine_train_on_two_ranks_over_the_whole_set
     assert all(line.endswith("/40") for line in epochs)  # the whole validation set
 
 
+ABSTRACT_BASE = FIXTURES / "projects" / "abstract_base_trainer_subclassed_by_the_driver"
+
+
+def test_a_subclass_in_the_driver_of_an_abstract_base_trainer_is_converted_with_it(
+    tmp_path: Path,
+):
+    """convfix36: ``class ClassifierTrainer(BaseTrainer)`` of train.py says how a batch makes its
+    loss; the loop is in ``BaseTrainer(ABC)`` of base.py, handed the model, optimizer and
+    loaders. The two are converted as one (before: nothing, train.py "not a training
+    script"): the Accelerator is created in ``BaseTrainer.__init__``, where they arrive."""
+    project = tmp_path / "project"
+    shutil.copytree(ABSTRACT_BASE, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    base, train = results["base.py"], results["train.py"]
+    assert base.prepared == [
+        "self.model",
+        "self.optimizer",
+        "self.train_loader",
+        "self.val_loader",
+    ]
+    code = base.converted.decode()
+    assert "        self.accelerator = Accelerator()\n" in code
+    assert "self.accelerator.backward(loss)" in code
+    assert "outputs, y = self.accelerator.gather_for_metrics((outputs, y))" in code
+    assert not base.reviews and not train.reviews
+    assert not train.changed  # it builds the trainer and prints nothing
+
+
+@pytest.mark.distributed
+def test_a_subclass_of_an_abstract_base_trainer_runs_on_two_ranks_over_the_whole_set(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(ABSTRACT_BASE, project)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    assert_ok(run_accelify("convert", project, "--write"))
+    assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
+    assert_ok(run_accelify("lint", "--select", "ALL", project))
+    alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 3, result.stdout  # once each, not once per rank
+    assert all(line.endswith("/16") for line in epochs)  # the whole validation set
+
+
+LOADER_BUILDER = FIXTURES / "projects" / "evaluator_building_its_loader_in_a_sibling_module"
+
+
+def test_an_evaluator_building_its_own_loader_elsewhere_is_reviewed_where_it_is_made(
+    tmp_path: Path,
+):
+    """convfix36: ``Evaluator(model, val_set)`` of evaluator.py builds its DataLoader in
+    ``__init__`` and loops over it: the driver's conversion prepares the model it hands in, not
+    that loader, so every rank evaluates the whole set. Said at the construction (before:
+    nothing said), evaluator.py left as it is."""
+    project = tmp_path / "project"
+    shutil.copytree(LOADER_BUILDER, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    train, evaluator = results["train.py"], results["evaluator.py"]
+    assert train.prepared == ["model", "optimizer", "train_loader"]
+    assert not evaluator.changed
+    (review,) = train.reviews
+    assert review.line == 15  # evaluator = Evaluator(model, val_set)
+    assert review.text.startswith(
+        "Evaluator() builds the DataLoader it evaluates over (evaluator.py:8), which is not "
+        "prepared: every rank evaluates the whole set there"
+    )
+
+
 DICT_HANDED = FIXTURES / "projects" / "evaluation_module_handed_the_loaders_in_a_dict"
 
 

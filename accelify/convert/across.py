@@ -487,8 +487,17 @@ def _only_called(
     functions: set[str],
 ) -> bool:
     """Every use of the imported names is the function of a call (``f(...)``, or
-    ``engine.f(...)`` of a function of the engine): nothing handed on or rebound."""
+    ``engine.f(...)`` of a function of the engine), or, imported by name, a base of a class
+    of the driver's own body (``class ClassifierTrainer(BaseTrainer)``: in the combined script
+    the same class, defined below): nothing handed on or rebound."""
     funcs = {id(node.func) for node in walk(driver) if isinstance(node, cst.Call)}
+    funcs |= {
+        id(base.value)
+        for cls in driver.body
+        if isinstance(cls, cst.ClassDef) and not module_name
+        for base in cls.bases
+        if isinstance(base.value, cst.Name) and base.keyword is None
+    }
     inner = {id(n) for n in walk(statement)}
     attrs = set()
     for node in walk(driver):
