@@ -939,15 +939,24 @@ def test_a_top_level_driver_and_its_engine_train_on_two_ranks_over_the_whole_set
 ABSTRACT_BASE = FIXTURES / "projects" / "abstract_base_trainer_subclassed_by_the_driver"
 
 
+@pytest.mark.parametrize("through_the_module", [False, True])
 def test_a_subclass_in_the_driver_of_an_abstract_base_trainer_is_converted_with_it(
-    tmp_path: Path,
+    tmp_path: Path, through_the_module: bool
 ):
     """convfix36: ``class ClassifierTrainer(BaseTrainer)`` of train.py says how a batch makes its
     loss; the loop is in ``BaseTrainer(ABC)`` of base.py, handed the model, optimizer and
     loaders. The two are converted as one (before: nothing, train.py "not a training
-    script"): the Accelerator is created in ``BaseTrainer.__init__``, where they arrive."""
+    script"): the Accelerator is created in ``BaseTrainer.__init__``, where they arrive. The
+    same with ``import base`` and ``class ClassifierTrainer(base.BaseTrainer)``."""
     project = tmp_path / "project"
     shutil.copytree(ABSTRACT_BASE, project)
+    if through_the_module:
+        source = (project / "train.py").read_text()
+        (project / "train.py").write_text(
+            source.replace("from base import BaseTrainer", "import base").replace(
+                "(BaseTrainer)", "(base.BaseTrainer)"
+            )
+        )
     results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
     base, train = results["base.py"], results["train.py"]
     assert base.prepared == [

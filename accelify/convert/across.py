@@ -487,16 +487,17 @@ def _only_called(
     functions: set[str],
 ) -> bool:
     """Every use of the imported names is the function of a call (``f(...)``, or
-    ``engine.f(...)`` of a function of the engine), or, imported by name, a base of a class
-    of the driver's own body (``class ClassifierTrainer(BaseTrainer)``: in the combined script
-    the same class, defined below): nothing handed on or rebound."""
+    ``engine.f(...)`` of a function of the engine), or a base of a class of the driver's own
+    body (``class ClassifierTrainer(BaseTrainer)``: in the combined script the same class,
+    defined below): nothing handed on or rebound."""
     funcs = {id(node.func) for node in walk(driver) if isinstance(node, cst.Call)}
-    funcs |= {
+    funcs |= {  # ``class Mine(BaseTrainer)``, ``class Mine(engine.BaseTrainer)``
         id(base.value)
         for cls in driver.body
-        if isinstance(cls, cst.ClassDef) and not module_name
+        if isinstance(cls, cst.ClassDef)
         for base in cls.bases
-        if isinstance(base.value, cst.Name) and base.keyword is None
+        if isinstance(base.value, cst.Attribute if module_name else cst.Name)
+        and base.keyword is None
     }
     inner = {id(n) for n in walk(statement)}
     attrs = set()
@@ -578,15 +579,21 @@ def _flatten(driver: cst.Module, shape: _Shape) -> cst.Module:
 
 
 def _unflatten(statements: list[cst.BaseStatement], shape: _Shape) -> list[cst.BaseStatement]:
-    """``f(...)`` -> ``engine.f(...)`` again, for the engine's functions."""
+    """``f(...)`` -> ``engine.f(...)`` again, for the engine's functions (and classes: a base
+    of the driver's class too)."""
+
+    def engines(node: cst.BaseExpression) -> cst.BaseExpression:
+        if isinstance(node, cst.Name) and node.value in shape.functions:
+            return cst.Attribute(cst.Name(shape.module_name or ""), node)
+        return node
 
     class Unflatten(cst.CSTTransformer):
         def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-            if isinstance(updated.func, cst.Name) and updated.func.value in shape.functions:
-                return updated.with_changes(
-                    func=cst.Attribute(cst.Name(shape.module_name or ""), updated.func)
-                )
-            return updated
+            return updated.with_changes(func=engines(updated.func))
+
+        def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+            bases = [b.with_changes(value=engines(b.value)) for b in updated.bases]
+            return updated.with_changes(bases=bases)
 
     return [s.visit(Unflatten()) for s in statements]  # type: ignore[misc]
 
