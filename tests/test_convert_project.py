@@ -849,24 +849,172 @@ def test_a_driver_and_its_engine_train_on_two_ranks_over_the_whole_set(tmp_path:
     assert 1 <= len(saved) <= 2 and (project / "best.pt").is_file()
 
 
-def test_a_driver_at_the_top_level_leaves_both_files(tmp_path: Path):
-    # trained at the module's top level, the combined script's functions would read its
-    # global accelerator, which engine.py does not have: neither file is converted
-    project = _copy(tmp_path)
+def _at_the_top_level(project: Path) -> None:
+    """train.py's ``main()`` body moved to the module's top level (no ``main()``)."""
     source = (project / "train.py").read_text()
     body = source.split("def main():\n")[1].split("\n\nif __name__")[0]
     top = "\n".join(line.removeprefix("    ") for line in body.splitlines())
     (project / "train.py").write_text(source.split("def main():\n")[0] + top + "\n")
+
+
+def test_a_driver_at_the_top_level_is_converted_with_its_engine(tmp_path: Path):
+    """convfix36: trained at the module's top level, the accelerator is a global of the driver,
+    which engine.py does not see: its functions take it as a parameter, the driver's
+    top-level calls pass its global (before: neither file was converted)."""
+    project = _copy(tmp_path)
+    _at_the_top_level(project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    train, engine = results["train.py"], results["engine.py"]
+    assert train.prepared == ["model", "optimizer", "train_loader", "val_loader"]
+    converted = train.converted.decode()
+    assert "\naccelerator = Accelerator()\n" in converted
+    assert (
+        "loss = train_one_epoch(\n        model, train_loader, optimizer, criterion, "
+        "accelerator=accelerator\n    )" in converted
+    )
+    assert "acc = evaluate(model, val_loader, accelerator=accelerator)" in converted
+    code = engine.converted.decode()
+    assert "def train_one_epoch(model, loader, optimizer, criterion, accelerator):" in code
+    assert "def evaluate(model, loader, accelerator):" in code
+    assert "accelerator.backward(loss)" in code
+    assert "Accelerator" not in code  # handed in, never a global of its own
+    said = {(n.line, n.text) for n in engine.changes}
+    assert (
+        4,
+        "train_one_epoch() takes the accelerator as a parameter (its callers pass it)",
+    ) in said
+
+
+def test_an_engine_method_that_prints_leaves_a_top_level_driver_with_why(tmp_path: Path):
+    """A method of engine.py that needs the accelerator (``Meter.show`` prints) cannot take it
+    as a parameter the way a function does: both files are left, and the driver's review line
+    says that, not a reason that does not hold."""
+    project = _copy(tmp_path)
+    _at_the_top_level(project)
+    engine = (project / "engine.py").read_text()
+    meter = "class Meter:\n    def show(self, value):\n        print(f'loss {value:.4f}')\n\n\n"
+    (project / "engine.py").write_text(
+        engine.replace("def train_one_epoch", meter + "def train_one_epoch").replace(
+            "    return total / len(loader)",
+            "    Meter().show(total)\n    return total / len(loader)",
+        )
+    )
     results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
     assert not any(r.changed for r in results.values())
-    assert (
-        "for epoch in range(2):\n    loss = train_one_epoch(" in (project / "train.py").read_text()
-    )
-    assert results["train.py"].reviews and results["engine.py"].reviews
     assert {_why_unpaired(n.text) for n in results["train.py"].reviews} == {
-        "this file calls it at its top level, where the combined script's functions would "
-        "read a global accelerator engine.py does not have"
+        "this file calls it at its top level, so the accelerator is a global of this file, and a "
+        "function of engine.py that needs it cannot take it as a parameter (a method, a function "
+        "handed on rather than called, or a call whose target the conversion cannot tell): it "
+        "would read a global engine.py does not have"
     }
+
+
+TOP_LEVEL_DRIVER = FIXTURES / "projects" / "engine_module_of_a_top_level_driver"
+
+
+@pytest.mark.distributed
+def test_a_top_level_driver_and_its_engine_train_on_two_ranks_over_the_whole_set(
+    tmp_path: Path,
+):
+    """convfix36 (a sentiment project's ``scripts/train.py``): the driver trains at its top
+    level through engine.py's functions, one of which calls another that runs the backward."""
+    project = tmp_path / "project"
+    shutil.copytree(TOP_LEVEL_DRIVER, project)
+    original = run_python(project / "main.py", cwd=project)
+    assert_ok(original)
+    converting = run_accelify("convert", project, "--write")
+    assert_ok(converting)
+    assert "engine.py:5: _step() takes the accelerator as a parameter" in converting.stdout
+    assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
+    assert_ok(run_accelify("lint", "--select", "ALL", project))
+    alone = launch(project / "main.py", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    result = launch(project / "main.py", cwd=project, timeout=300)
+    assert_ok(result)
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 3, result.stdout  # once each, not once per rank
+    assert all(line.endswith("/40") for line in epochs)  # the whole validation set
+
+
+ABSTRACT_BASE = FIXTURES / "projects" / "abstract_base_trainer_subclassed_by_the_driver"
+
+
+@pytest.mark.parametrize("through_the_module", [False, True])
+def test_a_subclass_in_the_driver_of_an_abstract_base_trainer_is_converted_with_it(
+    tmp_path: Path, through_the_module: bool
+):
+    """convfix36: ``class ClassifierTrainer(BaseTrainer)`` of train.py says how a batch makes its
+    loss; the loop is in ``BaseTrainer(ABC)`` of base.py, handed the model, optimizer and
+    loaders. The two are converted as one (before: nothing, train.py "not a training
+    script"): the Accelerator is created in ``BaseTrainer.__init__``, where they arrive. The
+    same with ``import base`` and ``class ClassifierTrainer(base.BaseTrainer)``."""
+    project = tmp_path / "project"
+    shutil.copytree(ABSTRACT_BASE, project)
+    if through_the_module:
+        source = (project / "train.py").read_text()
+        (project / "train.py").write_text(
+            source.replace("from base import BaseTrainer", "import base").replace(
+                "(BaseTrainer)", "(base.BaseTrainer)"
+            )
+        )
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    base, train = results["base.py"], results["train.py"]
+    assert base.prepared == [
+        "self.model",
+        "self.optimizer",
+        "self.train_loader",
+        "self.val_loader",
+    ]
+    code = base.converted.decode()
+    assert "        self.accelerator = Accelerator()\n" in code
+    assert "self.accelerator.backward(loss)" in code
+    assert "outputs, y = self.accelerator.gather_for_metrics((outputs, y))" in code
+    assert not base.reviews and not train.reviews
+    assert not train.changed  # it builds the trainer and prints nothing
+
+
+@pytest.mark.distributed
+def test_a_subclass_of_an_abstract_base_trainer_runs_on_two_ranks_over_the_whole_set(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(ABSTRACT_BASE, project)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    assert_ok(run_accelify("convert", project, "--write"))
+    assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
+    assert_ok(run_accelify("lint", "--select", "ALL", project))
+    alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 3, result.stdout  # once each, not once per rank
+    assert all(line.endswith("/16") for line in epochs)  # the whole validation set
+
+
+LOADER_BUILDER = FIXTURES / "projects" / "evaluator_building_its_loader_in_a_sibling_module"
+
+
+def test_an_evaluator_building_its_own_loader_elsewhere_is_reviewed_where_it_is_made(
+    tmp_path: Path,
+):
+    """convfix36: ``Evaluator(model, val_set)`` of evaluator.py builds its DataLoader in
+    ``__init__`` and loops over it: the driver's conversion prepares the model it hands in, not
+    that loader, so every rank evaluates the whole set. Said at the construction (before:
+    nothing said), evaluator.py left as it is."""
+    project = tmp_path / "project"
+    shutil.copytree(LOADER_BUILDER, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    train, evaluator = results["train.py"], results["evaluator.py"]
+    assert train.prepared == ["model", "optimizer", "train_loader"]
+    assert not evaluator.changed
+    (review,) = train.reviews
+    assert review.line == 15  # evaluator = Evaluator(model, val_set)
+    assert review.text.startswith(
+        "Evaluator() builds the DataLoader it evaluates over (evaluator.py:8), which is not "
+        "prepared: every rank evaluates the whole set there"
+    )
 
 
 DICT_HANDED = FIXTURES / "projects" / "evaluation_module_handed_the_loaders_in_a_dict"

@@ -63,8 +63,9 @@ class Split:
 
 
 #: The single-file conversion (`conversion.convert_source` of the combined script, which
-#: returns a `Conversion`; typed loosely here: that module imports this one)
-Convert = Callable[[bytes, Path], Any]
+#: returns a `Conversion`; typed loosely here: that module imports this one), given the first
+#: line of the engine's part (`Options.foreign_from`)
+Convert = Callable[[bytes, Path, int], Any]
 
 
 def pair_of_driver(path: Path, modules: set[Path]) -> Path | None:
@@ -127,15 +128,33 @@ def unpaired_because(
     )
     if extra is not None:
         return f"{engine.name} holds more than imports, functions and classes (statements)"
-    if at_top_level:
+    if at_top_level and _combines(driver, engine, module):
         return (
-            "this file calls it at its top level, where the combined script's functions would "
-            f"read a global accelerator {engine.name} does not have"
+            "this file calls it at its top level, so the accelerator is a global of this file, "
+            f"and a function of {engine.name} that needs it cannot take it as a parameter (a "
+            "method, a function handed on rather than called, or a call whose target the "
+            f"conversion cannot tell): it would read a global {engine.name} does not have"
         )
     return (
         "the two do not combine into one script (an import of the module other than a "
         "one-line import of its functions, or a name the two files bind differently)"
     )
+
+
+def _combines(driver: Path, engine: Path, module: cst.Module) -> bool:
+    """The driver and its engine (parsed: ``module``) have the shape `combine_and_split`
+    converts as one script: what fails then is the conversion of that script."""
+    try:
+        parsed = parse(read(driver), str(driver))
+    except UserError:
+        return False
+    return _shape(parsed, module, _naming(driver, engine)) is not None
+
+
+def _naming(driver: Path, engine: Path) -> Callable[[str], bool]:
+    """Whether a module name the driver imports is the engine's file."""
+    file = engine.resolve()
+    return lambda name: (found := module_file(driver, name)) is not None and resolved(found) == file
 
 
 def importers_of(engine: Path) -> list[Path]:
@@ -205,22 +224,16 @@ class _Shape:
 
 
 def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
-    """The two files converted as one (``convert(data, path)``: the single-file conversion,
-    returning a `Conversion`), split back; None where the shape is not one this handles or the
-    combined script is not converted (both files then stay as today)."""
+    """The two files converted as one (``convert(data, path, first engine line)``: the
+    single-file conversion, returning a `Conversion`), split back; None where the shape is not
+    one this handles or the combined script is not converted (both files then stay as
+    today)."""
     try:
         driver = parse(pair.driver_data, str(pair.driver))
         engine = parse(pair.engine_data, str(pair.engine))
     except UserError:
         return None
-    engine_file = pair.engine.resolve()
-    shape = _shape(
-        driver,
-        engine,
-        lambda name: (
-            (found := module_file(pair.driver, name)) is not None and resolved(found) == engine_file
-        ),
-    )
+    shape = _shape(driver, engine, _naming(pair.driver, pair.engine))
     if shape is None:
         return None
     flat = _flatten(driver, shape) if shape.module_name else driver
@@ -252,7 +265,7 @@ def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
     offset = driver_text.count("\n")
     combined = (driver_text + engine_text).encode()
     try:
-        result = convert(combined, pair.driver)
+        result = convert(combined, pair.driver, offset + 1)
     except UserError:
         return None
     if result.skipped or not result.changed:
@@ -474,8 +487,18 @@ def _only_called(
     functions: set[str],
 ) -> bool:
     """Every use of the imported names is the function of a call (``f(...)``, or
-    ``engine.f(...)`` of a function of the engine): nothing handed on or rebound."""
+    ``engine.f(...)`` of a function of the engine), or a base of a class of the driver's own
+    body (``class ClassifierTrainer(BaseTrainer)``: in the combined script the same class,
+    defined below): nothing handed on or rebound."""
     funcs = {id(node.func) for node in walk(driver) if isinstance(node, cst.Call)}
+    funcs |= {  # ``class Mine(BaseTrainer)``, ``class Mine(engine.BaseTrainer)``
+        id(base.value)
+        for cls in driver.body
+        if isinstance(cls, cst.ClassDef)
+        for base in cls.bases
+        if isinstance(base.value, cst.Attribute if module_name else cst.Name)
+        and base.keyword is None
+    }
     inner = {id(n) for n in walk(statement)}
     attrs = set()
     for node in walk(driver):
@@ -556,15 +579,21 @@ def _flatten(driver: cst.Module, shape: _Shape) -> cst.Module:
 
 
 def _unflatten(statements: list[cst.BaseStatement], shape: _Shape) -> list[cst.BaseStatement]:
-    """``f(...)`` -> ``engine.f(...)`` again, for the engine's functions."""
+    """``f(...)`` -> ``engine.f(...)`` again, for the engine's functions (and classes: a base
+    of the driver's class too)."""
+
+    def engines(node: cst.BaseExpression) -> cst.BaseExpression:
+        if isinstance(node, cst.Name) and node.value in shape.functions:
+            return cst.Attribute(cst.Name(shape.module_name or ""), node)
+        return node
 
     class Unflatten(cst.CSTTransformer):
         def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-            if isinstance(updated.func, cst.Name) and updated.func.value in shape.functions:
-                return updated.with_changes(
-                    func=cst.Attribute(cst.Name(shape.module_name or ""), updated.func)
-                )
-            return updated
+            return updated.with_changes(func=engines(updated.func))
+
+        def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+            bases = [b.with_changes(value=engines(b.value)) for b in updated.bases]
+            return updated.with_changes(bases=bases)
 
     return [s.visit(Unflatten()) for s in statements]  # type: ignore[misc]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,9 @@ def convert_source(
     _check_parses(rendered, label, data)
     # helpers that read the global accelerator, imported by another file of the folder
     imported = imported_helpers.imported_readers(Path(path), module, converted, plan.accelerator)
+    imported += _loaders_built_elsewhere(
+        model, project.imported_loader_evaluators(path, siblings), plan.prepared
+    )
     return Conversion(
         label,
         data,
@@ -132,6 +135,34 @@ def convert_source(
         reviews=sorted([*plan.reviews, *imported], key=lambda n: n.line),
         prepared=plan.prepared,
     )
+
+
+def _loaders_built_elsewhere(
+    model: ScriptModel, builders: dict[str, str], prepared: list[str]
+) -> list[Note]:
+    """A review line at each construction of a class of another module that builds the
+    DataLoader it evaluates over (`project.imported_loader_evaluators`) and is handed what
+    this conversion prepares (the model): that loader is not prepared."""
+    notes = []
+    for name, where in builders.items():
+        for node in walk(model.module):
+            if (
+                isinstance(node, cst.Call)
+                and dotted(node.func) == name
+                and any(dotted(a.value) in prepared for a in node.args)
+            ):
+                notes.append(
+                    Note(
+                        model.line(node),
+                        f"{name}() builds the DataLoader it evaluates over ({where}), which "
+                        "is not prepared: every rank evaluates the whole set there (its "
+                        "totals are the whole set's, the work is not shared); to share it, "
+                        f"hand {name} the accelerator, prepare that loader where it is built "
+                        "(accelerator.prepare(DataLoader(...))) and gather each batch's "
+                        "predictions and labels with accelerator.gather_for_metrics",
+                    )
+                )
+    return notes
 
 
 def _subclass_skipping_init(path: Path, model: ScriptModel, converted: cst.Module) -> Note | None:
@@ -171,7 +202,10 @@ def _converted_together(
     if alone is not None:
         return alone if file == pair.engine else None
     split = across.combine_and_split(
-        pair, lambda source, where: convert_source(source, where, options, together=False)
+        pair,
+        lambda source, where, engine_from: convert_source(
+            source, where, replace(options, foreign_from=engine_from), together=False
+        ),
     )
     if split is None:
         return None

@@ -17,7 +17,7 @@ from accelify.analysis import collectives, side_effects
 from accelify.analysis.facts import facts_of
 from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
-from accelify.analysis.names import MODULE_API, TORCH_SAVE
+from accelify.analysis.names import DATALOADERS, MODULE_API, TORCH_SAVE
 from accelify.analysis.outside_forward import layer_members
 from accelify.analysis.project_modules import (
     defining_module,
@@ -88,6 +88,28 @@ def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsew
         if reached is not None:
             there, defined, backward = reached
             found.append(TrainedElsewhere(model.line(call), name, there, backward, call, defined))
+    return found + _subclasses_trained_elsewhere(Path(path), model)
+
+
+def _subclasses_trained_elsewhere(script: Path, model: ScriptModel) -> list[TrainedElsewhere]:
+    """The constructions of the file's own classes whose base class, imported from a module
+    of the project, runs the backward (``class ClassifierTrainer(BaseTrainer)`` that only says
+    how a batch makes its loss, the loop in ``BaseTrainer`` of ``base.py``): each trains there,
+    as a call of that module's class would."""
+    if not script.is_file():
+        return []
+    found = []
+    for cls in model.module.body:
+        if not isinstance(cls, cst.ClassDef) or not cls.bases:
+            continue
+        reached = _backward_of_class_or_bases(script, model, cls.name.value)
+        if reached is None:
+            continue
+        there, defined, backward = reached
+        for call in model.index.calls_named(cls.name.value):
+            found.append(
+                TrainedElsewhere(model.line(call), cls.name.value, there, backward, call, defined)
+            )
     return found
 
 
@@ -327,6 +349,46 @@ def imported_model_methods(
                 found[name] = f"{method} at {_relative(file, script)}:{other.line(node)}"
                 break
     return found
+
+
+def imported_loader_evaluators(path: str | Path, siblings: list[SiblingCall]) -> dict[str, str]:
+    """Names this file calls (``Evaluator``) of classes of a module of its own folder that run
+    no backward and build a DataLoader of their own that they loop over (``self.loader =
+    DataLoader(dataset)`` in ``__init__``, ``for x, y in self.loader`` in a method), with
+    where the loader is built (``evaluator.py:8``): the conversion of this file prepares what
+    it makes, not that loader, so every rank evaluates the whole set there."""
+    script = Path(path)
+    found: dict[str, str] = {}
+    for _, name, defined, file, other in siblings:
+        cls = saver_class(other, defined)
+        if name in found or cls is None or _backward_reached(other, defined) is not None:
+            continue
+        built = _loader_built_and_iterated(other, cls)
+        if built is not None:
+            found[name] = f"{_relative(file, script)}:{other.line(built)}"
+    return found
+
+
+def _loader_built_and_iterated(module: ScriptModel, cls: cst.ClassDef) -> cst.Call | None:
+    """The ``DataLoader(...)`` call of ``cls`` bound to a name or attribute that a ``for`` loop
+    of the class iterates (``for x, y in self.loader``, or ``tqdm(self.loader)``)."""
+    made: dict[str, cst.Call] = {}
+    for node in walk(cls):
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.value, cst.Call)
+            and module.call_names(node.value) & DATALOADERS
+            and (target := dotted(node.targets[0].target)) is not None
+        ):
+            made[target] = node.value
+    for node in walk(cls):
+        if isinstance(node, cst.For):
+            for inner in walk(node.iter):
+                shown = dotted(inner) if isinstance(inner, (cst.Name, cst.Attribute)) else None
+                if shown in made:
+                    return made[shown]
+    return None
 
 
 def imported_layer_members(path: str | Path, siblings: list[SiblingCall]) -> dict[str, str]:

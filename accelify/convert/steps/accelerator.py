@@ -618,6 +618,7 @@ def _thread(ctx: Context, home: Scope) -> list[cst.CSTNode]:
     if acc.startswith("self."):
         return []  # the plan is confined to the class: every need is inside it
     if isinstance(home, cst.Module):
+        _thread_into_another_module(ctx)
         return _module_level_calls(ctx)
     graph = ctx.facts.calls
     threading = _threading(ctx, home)
@@ -654,6 +655,44 @@ def _thread(ctx: Context, home: Scope) -> list[cst.CSTNode]:
             f"{acc}={acc}",
         )
     return [call for call in threading.calls if placement.inside(call, home)]
+
+
+def _thread_into_another_module(ctx: Context) -> None:
+    """The functions of another module in a combined script (`Options.foreign_from`: an engine
+    whose driver trains at its top level) that need the accelerator take it as a parameter,
+    and every call of one passes it: the driver's code its global, another of those functions
+    its own parameter. Where one cannot take it (a method, a function handed on, a call whose
+    target the analysis cannot tell), none does: they read the driver's global, which that
+    module does not have, and `across` leaves both files as they are, with review lines."""
+    start = ctx.options.foreign_from
+    if start is None:
+        return
+    placement, graph = ctx.facts.placement, ctx.facts.calls
+    functions: list[cst.FunctionDef] = []
+    calls: list[cst.Call] = []
+    pending = [placement.top_function(need) for need in ctx.needs]
+    while pending:
+        function = pending.pop()
+        if function is None or ctx.line(function) < start or function in functions:
+            continue
+        if (
+            graph.owner(function) is not None
+            or graph.references(function)
+            or _uncertain_callers(ctx, function)
+        ):
+            return
+        functions.append(function)
+        for call in graph.callers(function):
+            calls.append(call)
+            pending.append(placement.top_function(call))
+    for function in functions:
+        ctx.plan.add_parameter(function, ctx.acc)
+        ctx.plan.change(
+            ctx.line(function),
+            f"{function.name.value}() takes the accelerator as a parameter (its callers pass it)",
+        )
+    for call in calls:
+        ctx.plan.wrap(call, WithKeyword(ctx.acc, ctx.acc))
 
 
 def _receiver_code(ctx: Context, call: cst.Call) -> str:

@@ -86,6 +86,11 @@ class Options:
     #: the files this run converts (resolved): a file that drives another's training prints
     #: through the accelerator that file's conversion creates only when both are converted
     converted_with: frozenset[str] = frozenset()
+    #: the first line of another module's definitions in a combined script (`across`: a
+    #: driver that trains at its top level, its engine's functions appended): those functions
+    #: do not see the driver's globals, so each that needs the accelerator takes it as a
+    #: parameter even where the driver's module creates it; None for a script of its own
+    foreign_from: int | None = None
 
 
 #: Functions followed back through the parameters that hand an instance of the class on.
