@@ -100,6 +100,22 @@ _SAVED_BY_A_HELPER = (
     '        save(model, "m.pt")\n'
 )
 
+#: A runner's local bound to its prepared attribute, saved on the main process (review11b).
+_ALIASED = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Runner:\n"
+    "    def __init__(self, net, optimizer, loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.net, self.optimizer, self.loader = self.accelerator.prepare(\n"
+    "            net, optimizer, loader\n"
+    "        )\n"
+    "\n"
+    "    def save(self, path):\n"
+    "        sample_net = {bound}\n"
+    "        if self.accelerator.is_main_process:\n"
+    "            torch.save({saved}.state_dict(), path)\n"
+)
+
 
 class WrappedStateDict(Rule):
     """The state dict of a prepared model is the wrapper's: under DDP every key starts with
@@ -121,6 +137,13 @@ class WrappedStateDict(Rule):
     bad = (
         # a helper's parameter that its every call fills with the prepared model (review11b)
         Example(_SAVED_BY_A_HELPER, 6, 16),
+        # a local bound to the prepared attribute alone (review11b)
+        Example(
+            _ALIASED.format(bound="self.net", saved="sample_net"),
+            15,
+            24,
+            _ALIASED.format(bound="self.net", saved="self.accelerator.unwrap_model(sample_net)"),
+        ),
         Example(  # a ClipCap fine-tuning: the checkpoint's keys renamed, loaded after prepare
             _PREPARED + _ORIG_MOD_CHECKPOINT + "weights = torch.load('m.pt', map_location='cpu')\n"
             "weights = {k.split('_orig_mod.')[1]: v for k, v in weights.items()}\n"
@@ -324,6 +347,8 @@ class WrappedStateDict(Rule):
             'save(model, "m.pt")', 'save(accelerator.unwrap_model(model), "m.pt")'
         ),
         _SAVED_BY_A_HELPER + "\n\ndef export(path):\n    save(torch.nn.Linear(2, 2), path)\n",
+        # the local is the unwrapped model
+        _ALIASED.format(bound="self.accelerator.unwrap_model(self.net)", saved="sample_net"),
         # lintreal41 (a Schrödinger-bridge runner): ``sample_net`` prepared in one method is
         # that method's local; another method's ``sample_net``, an EMA copy the helper builds
         # unwrapped, is its own object (its save under the same test was reported)
@@ -546,6 +571,11 @@ class WrappedStateDict(Rule):
                         script, node, message=_handed_message(script, name, handed, at)
                     )
                     continue
+                alias = None if constructed else _alias_of_prepared(script, name, at, not_models)
+                if alias is not None:
+                    reported.add(id(node))
+                    yield self._aliased(script, node, owner, name, alias, at)
+                    continue
                 if not constructed and (
                     name not in prepared(script, at) - not_models
                     or not _treated_as_module(script, name)
@@ -593,6 +623,31 @@ class WrappedStateDict(Rule):
                 yield from self._pickled_whole(script, call)
 
         yield from self._loads(script)
+
+    def _aliased(
+        self,
+        script: ScriptModel,
+        node: cst.Call,
+        owner: cst.BaseExpression,
+        name: str,
+        alias: cst.Assign,
+        at: cst.Call,
+    ) -> Finding:
+        """``sample_net = self.net`` then ``torch.save(sample_net.state_dict(), path)``."""
+        acc = accelerator_at(script, at)
+        held = script.module.code_for_node(alias.value)
+        unwrapped = f"{acc or 'accelerator'}.unwrap_model({name})"
+        message = (
+            f"Save {unwrapped}.state_dict(): {name} is {held} (line {script.line(alias)}), the "
+            f"wrapper prepare returned, so {name}.state_dict() has every key prefixed 'module.' "
+            f"under DDP (under FSDP or ZeRO-3 write {acc or 'accelerator'}.get_state_dict({held}) "
+            "where every rank runs it, before any rank test, and save that)"
+        )
+        from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+        from accelify.edits.plan import Plan
+
+        fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
+        return self.finding(script, node, fix, message=message)
 
     def _loads(self, script: ScriptModel) -> Iterator[Finding]:
         """The reverse: ``model.load_state_dict(torch.load(path))`` on what prepare returned. A
@@ -860,6 +915,41 @@ def _handed_prepared_model(
             continue
         return None
     return first
+
+
+def _alias_of_prepared(
+    script: ScriptModel, name: str, at: cst.CSTNode, not_models: set[str]
+) -> cst.Assign | None:
+    """``name = self.net`` (or another prepared name), the only binding of the local ``name`` in
+    the function around ``at`` and above it, where that attribute holds what ``prepare``
+    returned there (a model, not unwrapped since): the local is the wrapper too (a runner's
+    ``sample_net = self.net`` saved in ``save``). A local bound in two places (an EMA copy in
+    one branch, the prepared model in the other) is not known to be either."""
+    function = script.index.enclosing_function(at)
+    if function is None or "." in name or has_parameter(function, name):
+        return None
+    binds = [
+        value
+        for statement, value in script.index.values_bound_to(name)
+        if script.index.enclosing_function(statement) is function
+    ]
+    assigns = [a for a in script.index.assignments_to(name) if script.scope_of(a) is function]
+    if len(binds) != 1 or len(assigns) != 1 or not isinstance(assigns[0], cst.Assign):
+        return None
+    assign = assigns[0]
+    if len(assigned_targets(assign)) != 1 or script.order(assign) > script.order(at):
+        return None
+    held = dotted(assign.value)
+    if (
+        held is None
+        or held == name
+        or held not in prepared(script, assign) - not_models
+        or _not_a_model(held)
+        or not _treated_as_module(script, held)
+        or _unwrapped_since_prepare(script, held, at)  # type: ignore[arg-type]
+    ):
+        return None
+    return assign
 
 
 def _handed_message(script: ScriptModel, name: str, site: cst.Call, at: cst.CSTNode) -> str:
