@@ -6,7 +6,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import is_plateau_scheduler
 from accelify.analysis.own_values import OwnValues
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import argument_value
+from accelify.analysis.syntax import argument_value, dotted, has_parameter
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
 _SCRIPT = (
@@ -153,6 +153,20 @@ _HANDED_TRAINER = (
     "Trainer(model, loader, optimizer, scheduler).train(3)\n"
 )
 
+#: The same trainer preparing straight from its constructor's parameter: ``self.lr_scheduler``
+#: is bound only by the prepare, from the ``lr_scheduler`` every construction hands it.
+_PREPARED_FROM_PARAMETERS = _HANDED_TRAINER.replace(
+    "        self.lr_scheduler = lr_scheduler\n", ""
+).replace(
+    "model, optimizer, loader, self.lr_scheduler\n", "model, optimizer, loader, lr_scheduler\n"
+)
+#: The script's scheduler prepared under another name, stepped by that name.
+_RENAMED = _SCRIPT.replace(
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n",
+    "model, optimizer, loader, plateau = accelerator.prepare(\n"
+    "    model, optimizer, loader, scheduler\n)\n",
+)
+
 
 class PlateauMetricPerRank(Rule):
     """``ReduceLROnPlateau.step(metric)`` lowers the learning rate when ``metric`` stops
@@ -183,6 +197,9 @@ class PlateauMetricPerRank(Rule):
     bad = (
         # the scheduler is a constructor parameter of the trainer: the caller made it
         Example(_HANDED_TRAINER, 16, 13),
+        # ... prepared straight from the parameter, or renamed by prepare (lintfix25's misses)
+        Example(_PREPARED_FROM_PARAMETERS, 15, 13),
+        Example(_RENAMED + "    plateau.step(total / len(loader))\n", 17, 5),
         Example(_SCRIPT + "    scheduler.step(total / len(loader))\n", 15, 5),
         Example(  # the metric object's training instance: its update sums this rank's batches
             _METRIC_OBJECTS.format(step="    scheduler.step(train_metric.compute())\n"), 32, 5
@@ -251,6 +268,21 @@ class PlateauMetricPerRank(Rule):
         ),
     )
     good = (
+        # the trainer prepared straight from its parameter, its epoch loss reduced; a StepLR
+        # handed in the same way; the renamed scheduler stepped with the reduced value
+        _PREPARED_FROM_PARAMETERS.replace(
+            "        return total / len(self.loader)\n",
+            "        total = self.accelerator.reduce(\n"
+            "            torch.tensor(total, device=self.accelerator.device), 'mean'\n"
+            "        ).item()\n"
+            "        return total / len(self.loader)\n",
+        ),
+        _PREPARED_FROM_PARAMETERS.replace(
+            "ReduceLROnPlateau(optimizer, patience=1)", "StepLR(optimizer, 1)"
+        ).replace("self.lr_scheduler.step(epoch_loss)", "self.lr_scheduler.step()"),
+        _RENAMED
+        + "    mean = accelerator.reduce(torch.tensor(total, device=accelerator.device), 'mean')\n"
+        + "    plateau.step(mean.item())\n",
         # the trainer's epoch loss reduced over the ranks before it is returned
         _HANDED_TRAINER.replace(
             "        return total / len(self.loader)\n",
@@ -366,16 +398,84 @@ class PlateauMetricPerRank(Rule):
         facts = facts_of(script)
         flow = facts.flow
         schedulers = flow.names_of(Kind.SCHEDULER)
-        for step in flow.scheduler_steps(schedulers):
-            metric = _metric(step.call)
-            if metric is None or step.scheduler is None:
+        stepped = [
+            step.call
+            for step in flow.scheduler_steps(schedulers)
+            if step.scheduler is not None and is_plateau_scheduler(script, step.scheduler)
+        ]
+        seen = {id(call) for call in stepped}
+        stepped += [call for call in _renamed_plateau_steps(script) if id(call) not in seen]
+        for call in stepped:
+            metric = _metric(call)
+            if metric is None:
                 continue
-            if not is_plateau_scheduler(script, step.scheduler):
-                continue
-            origin = OwnValues(facts).origin(metric, step.call, {})
+            origin = OwnValues(facts).origin(metric, call, {})
             if origin is None:
                 continue
-            yield self.finding(script, step.call, message=_message(self, script, step.call, origin))
+            yield self.finding(script, call, message=_message(self, script, call, origin))
+
+
+def _renamed_plateau_steps(script: ScriptModel) -> list[cst.Call]:
+    """``plateau.step(...)`` on what ``prepare`` returned for a ``ReduceLROnPlateau`` under
+    another name: ``model, opt, plateau = accelerator.prepare(model, opt, scheduler)``, or a
+    trainer's ``self.lr_scheduler`` prepared straight from its constructor's ``lr_scheduler``
+    (every construction in the file hands it one). The prepared scheduler is the same
+    scheduler, stepped on the same metric. Only where that ``prepare`` is the name's one
+    binding in the file (in its function, for a plain name; in its class, for ``self.x``)."""
+    found: list[cst.Call] = []
+    for prepare in script.prepare_calls:
+        for given, output in zip(prepare.inputs, prepare.outputs, strict=False):
+            if not given or not output or given == output:
+                continue
+            if not _plateau_handed(script, given, prepare.call):
+                continue
+            if not _bound_only_by(script, output, prepare.call):
+                continue
+            found += _steps_of(script, output, prepare.call)
+    return found
+
+
+def _plateau_handed(script: ScriptModel, name: str, at: cst.Call) -> bool:
+    """``name``, handed to the ``prepare`` at ``at``, is a ``ReduceLROnPlateau``: bound to one,
+    or a parameter of the function around ``at`` (never bound in it) that every call of that
+    function in the file fills with one."""
+    function = script.index.enclosing_function(at)
+    if function is None or not has_parameter(function, name):
+        return is_plateau_scheduler(script, name)
+    if any(script.scope_of(a) is function for a in script.index.assignments_to(name)):
+        return False
+    passed = facts_of(script).flow.call_site_arguments(name, at)
+    return bool(passed) and all(
+        isinstance(a.value, cst.Name) and is_plateau_scheduler(script, a.value.value)
+        for a in passed
+    )
+
+
+def _bound_only_by(script: ScriptModel, name: str, prepare: cst.Call) -> bool:
+    """The ``prepare`` at ``prepare`` is the only statement of the file binding ``name``."""
+    binds = [*script.index.assignments_to(name), *script.index.unpacked_assignments_to(name)]
+    return bool(binds) and all(b.value is prepare for b in binds)
+
+
+def _steps_of(script: ScriptModel, name: str, prepare: cst.Call) -> list[cst.Call]:
+    """``name.step(...)`` where ``name`` holds what ``prepare`` returned: below it in its own
+    scope, or, for ``self.x``, in any method of the same class."""
+    holder = script.index.enclosing_class(prepare) if name.startswith("self.") else None
+    if name.startswith("self.") and holder is None:
+        return []
+    scope, here = script.scope_of(prepare), script.order(prepare)
+    return [
+        call
+        for call in script.calls
+        if isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "step"
+        and dotted(call.func.value) == name
+        and (
+            script.index.enclosing_class(call) is holder
+            if holder is not None
+            else script.scope_of(call) is scope and script.order(call) > here
+        )
+    ]
 
 
 def _metric(call: cst.Call) -> cst.BaseExpression | None:

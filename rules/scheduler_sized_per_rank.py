@@ -315,7 +315,10 @@ class SchedulerSizedPerRank(Rule):
                 "before it is prepared"
             )
             yield self.finding(
-                script, argument, message=in_file_words(text, accelerator_name(script, argument))
+                script,
+                argument,
+                message=in_file_words(text, accelerator_name(script, argument)),
+                covers=_same_place(script, argument),
             )
 
     def _counted_twice(self, script: ScriptModel, argument: cst.Arg) -> Iterator[Finding]:
@@ -353,8 +356,20 @@ class SchedulerSizedPerRank(Rule):
             "accelerator.num_processes, or leave it out of prepare"
         )
         yield self.finding(
-            script, argument, message=in_file_words(text, accelerator_name(script, argument))
+            script,
+            argument,
+            message=in_file_words(text, accelerator_name(script, argument)),
+            covers=_same_place(script, argument),
         )
+
+
+def _same_place(script: ScriptModel, argument: cst.Arg) -> list[tuple[int, int, str]]:
+    """ACC410's finding at this argument is the same bug (a prepared scheduler sized in one
+    rank's steps, stepped by a loop that runs that many steps): this finding's advice fixes it
+    too, and it names the sizing that makes the schedule N times too short, so it alone is
+    reported (one finding per bug and place)."""
+    start = script.position(argument).start
+    return [(start.line, start.column + 1, "ACC410")]
 
 
 _TWICE_DEPTH = 3

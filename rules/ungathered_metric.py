@@ -1310,9 +1310,12 @@ class UngatheredMetric(Rule):
             if "." in member:
                 continue
             handed = {dotted(a.value) for a in call.args} & loaders
-            if not handed:
+            guarded = script.under_rank_guard(call)
+            if not handed and not guarded:
                 continue
-            sharded = not script.under_rank_guard(call) and bool(handed & script.prepared_names)
+            # a call on some ranks only cannot reach a gather inside, whatever it hands in (a
+            # trainer's ``self.test_loader`` received unprepared from an unseen caller)
+            sharded = not guarded and bool(handed & script.prepared_names)
             by_member.setdefault((module.resolve(), member), []).append((call, sharded))
         for (module, member), sites in by_member.items():
             sharded = [call for call, yes in sites if yes]

@@ -14,7 +14,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.saved_values import saved_values, saved_whole_objects
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import assigned_targets, children_of, dotted, walk
+from accelify.analysis.syntax import assigned_targets, children_of, dotted, has_parameter, walk
 from accelify.analysis.wrapper_tests import in_unwrapped_branch
 from accelify.lint.rule import (
     HEADER,
@@ -86,6 +86,36 @@ _HANDED_TRAINER = (
     "{between}    Trainer(accelerator, model).save()\n"
 )
 
+#: A saving helper handed the prepared model by its one call, under the main-process test.
+_SAVED_BY_A_HELPER = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "def save(model, path):\n    torch.save(model.state_dict(), path)\n\n\n"
+    "def main(model, optimizer, loader):\n"
+    "    accelerator = Accelerator()\n"
+    "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "    for x in loader:\n"
+    "        accelerator.backward(model(x).mean())\n"
+    "        optimizer.step()\n"
+    "    if accelerator.is_main_process:\n"
+    '        save(model, "m.pt")\n'
+)
+
+#: A runner's local bound to its prepared attribute, saved on the main process (review11b).
+_ALIASED = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Runner:\n"
+    "    def __init__(self, net, optimizer, loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.net, self.optimizer, self.loader = self.accelerator.prepare(\n"
+    "            net, optimizer, loader\n"
+    "        )\n"
+    "\n"
+    "    def save(self, path):\n"
+    "        sample_net = {bound}\n"
+    "        if self.accelerator.is_main_process:\n"
+    "            torch.save({saved}.state_dict(), path)\n"
+)
+
 
 class WrappedStateDict(Rule):
     """The state dict of a prepared model is the wrapper's: under DDP every key starts with
@@ -105,6 +135,15 @@ class WrappedStateDict(Rule):
     )
     why = "DDP prefixes every key with `module.`; FSDP and DeepSpeed hold only a shard."
     bad = (
+        # a helper's parameter that its every call fills with the prepared model (review11b)
+        Example(_SAVED_BY_A_HELPER, 6, 16),
+        # a local bound to the prepared attribute alone (review11b)
+        Example(
+            _ALIASED.format(bound="self.net", saved="sample_net"),
+            15,
+            24,
+            _ALIASED.format(bound="self.net", saved="self.accelerator.unwrap_model(sample_net)"),
+        ),
         Example(  # a ClipCap fine-tuning: the checkpoint's keys renamed, loaded after prepare
             _PREPARED + _ORIG_MOD_CHECKPOINT + "weights = torch.load('m.pt', map_location='cpu')\n"
             "weights = {k.split('_orig_mod.')[1]: v for k, v in weights.items()}\n"
@@ -302,6 +341,14 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # the call hands the helper the unwrapped model; a helper also called with a model of
+        # its own (not the wrapper)
+        _SAVED_BY_A_HELPER.replace(
+            'save(model, "m.pt")', 'save(accelerator.unwrap_model(model), "m.pt")'
+        ),
+        _SAVED_BY_A_HELPER + "\n\ndef export(path):\n    save(torch.nn.Linear(2, 2), path)\n",
+        # the local is the unwrapped model
+        _ALIASED.format(bound="self.accelerator.unwrap_model(self.net)", saved="sample_net"),
         # lintreal41 (a Schrödinger-bridge runner): ``sample_net`` prepared in one method is
         # that method's local; another method's ``sample_net``, an EMA copy the helper builds
         # unwrapped, is its own object (its save under the same test was reported)
@@ -512,6 +559,23 @@ class WrappedStateDict(Rule):
                 constructed = name not in prepared(script, at) and holds_constructed_wrapper(
                     script, owner, at
                 )
+                # a helper's parameter every call of which hands it a prepared model
+                handed = (
+                    None
+                    if constructed or name in prepared(script, at)
+                    else _handed_prepared_model(script, name, at)
+                )
+                if handed is not None and id(node) not in reported:
+                    reported.add(id(node))
+                    yield self.finding(
+                        script, node, message=_handed_message(script, name, handed, at)
+                    )
+                    continue
+                alias = None if constructed else _alias_of_prepared(script, name, at, not_models)
+                if alias is not None:
+                    reported.add(id(node))
+                    yield self._aliased(script, node, owner, name, alias, at)
+                    continue
                 if not constructed and (
                     name not in prepared(script, at) - not_models
                     or not _treated_as_module(script, name)
@@ -559,6 +623,31 @@ class WrappedStateDict(Rule):
                 yield from self._pickled_whole(script, call)
 
         yield from self._loads(script)
+
+    def _aliased(
+        self,
+        script: ScriptModel,
+        node: cst.Call,
+        owner: cst.BaseExpression,
+        name: str,
+        alias: cst.Assign,
+        at: cst.Call,
+    ) -> Finding:
+        """``sample_net = self.net`` then ``torch.save(sample_net.state_dict(), path)``."""
+        acc = accelerator_at(script, at)
+        held = script.module.code_for_node(alias.value)
+        unwrapped = f"{acc or 'accelerator'}.unwrap_model({name})"
+        message = (
+            f"Save {unwrapped}.state_dict(): {name} is {held} (line {script.line(alias)}), the "
+            f"wrapper prepare returned, so {name}.state_dict() has every key prefixed 'module.' "
+            f"under DDP (under FSDP or ZeRO-3 write {acc or 'accelerator'}.get_state_dict({held}) "
+            "where every rank runs it, before any rank test, and save that)"
+        )
+        from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+        from accelify.edits.plan import Plan
+
+        fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
+        return self.finding(script, node, fix, message=message)
 
     def _loads(self, script: ScriptModel) -> Iterator[Finding]:
         """The reverse: ``model.load_state_dict(torch.load(path))`` on what prepare returned. A
@@ -792,6 +881,86 @@ def _treated_as_module(script: ScriptModel, name: str | None) -> bool:
 
 _STATE_METHODS = {"state_dict", "load_state_dict"}
 _MODULE_EVIDENCE = (names.MODULE_API - _STATE_METHODS) | {"module"}
+
+
+def _handed_prepared_model(
+    script: ScriptModel, name: str, at: cst.CSTNode, depth: int = 0
+) -> cst.Call | None:
+    """The call that hands the function around ``at`` its parameter ``name``, where every call
+    of that function in the file hands it a model ``prepare`` returned (or its own such
+    parameter), not unwrapped since: ``def save(model, path): torch.save(model.state_dict(),
+    path)`` called as ``save(model, "m.pt")`` below ``model, ... = accelerator.prepare(model,
+    ...)`` saves the wrapper's state dict. None when a call hands anything else, the function
+    binds ``name`` itself, or nothing in the file calls it."""
+    function = script.index.enclosing_function(at)
+    if function is None or "." in name or depth > 2 or not has_parameter(function, name):
+        return None
+    if any(script.scope_of(a) is function for a in script.index.assignments_to(name)):
+        return None
+    passed = facts_of(script).flow.call_site_arguments(name, at)
+    not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
+    first = None
+    for argument in passed:
+        site = script.parent(argument)
+        if not isinstance(argument.value, cst.Name) or not isinstance(site, cst.Call):
+            return None
+        outer = argument.value.value
+        if (
+            outer in prepared(script, site) - not_models
+            and not _not_a_model(outer)
+            and _treated_as_module(script, outer)
+            and not _unwrapped_since_prepare(script, outer, site)
+        ) or _handed_prepared_model(script, outer, site, depth + 1) is not None:
+            first = first or site
+            continue
+        return None
+    return first
+
+
+def _alias_of_prepared(
+    script: ScriptModel, name: str, at: cst.CSTNode, not_models: set[str]
+) -> cst.Assign | None:
+    """``name = self.net`` (or another prepared name), the only binding of the local ``name`` in
+    the function around ``at`` and above it, where that attribute holds what ``prepare``
+    returned there (a model, not unwrapped since): the local is the wrapper too (a runner's
+    ``sample_net = self.net`` saved in ``save``). A local bound in two places (an EMA copy in
+    one branch, the prepared model in the other) is not known to be either."""
+    function = script.index.enclosing_function(at)
+    if function is None or "." in name or has_parameter(function, name):
+        return None
+    binds = [
+        value
+        for statement, value in script.index.values_bound_to(name)
+        if script.index.enclosing_function(statement) is function
+    ]
+    assigns = [a for a in script.index.assignments_to(name) if script.scope_of(a) is function]
+    if len(binds) != 1 or len(assigns) != 1 or not isinstance(assigns[0], cst.Assign):
+        return None
+    assign = assigns[0]
+    if len(assigned_targets(assign)) != 1 or script.order(assign) > script.order(at):
+        return None
+    held = dotted(assign.value)
+    if (
+        held is None
+        or held == name
+        or held not in prepared(script, assign) - not_models
+        or _not_a_model(held)
+        or not _treated_as_module(script, held)
+        or _unwrapped_since_prepare(script, held, at)  # type: ignore[arg-type]
+    ):
+        return None
+    return assign
+
+
+def _handed_message(script: ScriptModel, name: str, site: cst.Call, at: cst.CSTNode) -> str:
+    accelerator = accelerator_at(script, site) or "accelerator"
+    return (
+        f"Save the unwrapped model's state dict: {name} is the wrapper prepare returned (the "
+        f"call at line {script.line(site)} hands it), so {name}.state_dict() has every key "
+        f"prefixed 'module.' under DDP; hand that call {accelerator}.unwrap_model(...) of the "
+        f"model, or unwrap it here (under FSDP or ZeRO-3 save {accelerator}.get_state_dict(...) "
+        "of it, run on every rank, before any rank test)"
+    )
 
 
 def _not_a_model(name: str | None) -> bool:

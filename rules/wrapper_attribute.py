@@ -321,6 +321,35 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-process run stops with AttributeError at the first call; one process hides it."
     bad = (
+        # review11b: the reference model copied from the policy with only ``.eval()`` keeps
+        # every parameter requiring grad, so prepare wraps it like the policy (2 CPU ranks under
+        # accelify launch: AttributeError at forward_rl); frozen, it is a good example below
+        Example(
+            "import copy\nimport torch\nfrom accelerate import Accelerator\n\n\n"
+            "class GRPOTrainer:\n"
+            "    def __init__(self, model):\n"
+            "        self.accelerator = Accelerator()\n"
+            "        self.model = model\n"
+            "        self.optimizer = torch.optim.AdamW(model.parameters())\n"
+            "        self.model, self.optimizer = self.accelerator.prepare(\n"
+            "            self.model, self.optimizer\n"
+            "        )\n"
+            "        self.ref_model = self._init_ref_model()\n"
+            "        self.ref_model = self.accelerator.prepare(self.ref_model)\n\n"
+            "    def _init_ref_model(self):\n"
+            "        model_copy = copy.deepcopy(self.accelerator.unwrap_model(self.model))\n"
+            "        model_copy.eval()\n"
+            "        return model_copy\n\n"
+            "    def train(self, loader):\n"
+            "        for batch in loader:\n"
+            "            with torch.no_grad():\n"
+            "                ref = self.ref_model.forward_rl(batch)\n"
+            "            loss = (self.model(batch) - ref).pow(2).mean()\n"
+            "            self.accelerator.backward(loss)\n"
+            "            self.optimizer.step()\n",
+            25,
+            23,
+        ),
         # lintreal41 (a TTS GRPO trainer): ``self.model = model``, the optimizer built from
         # ``model.parameters()``, then both prepared: ``self.model`` trains, and its own method
         # run in the training step is told to go through forward() (through unwrap_model its

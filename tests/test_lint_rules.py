@@ -1459,6 +1459,28 @@ def test_scheduler_sized_through_an_alias_or_a_parameter_names_the_prepare():
     assert "(prepared at line 13)" in the_finding(helper.code, "ACC415").message
 
 
+def test_a_scheduler_sized_per_rank_and_stepped_a_fixed_count_is_one_finding():
+    """review11b: the record's scheduler sized with len(dataloader) // num_processes and stepped
+    by a while loop bounded by that same count is one bug at one argument; ACC410 alone reports
+    it, and with both rules on only ACC415's finding, which names the sizing, is left."""
+    from accelify.rules.scheduler_sized_per_rank import _RECORD_RUN
+
+    code = _RECORD_RUN.replace(
+        "    batches = iter(run.dataloader)\n    while True:\n"
+        "        batch = next(batches, None)\n        if batch is None:\n            break\n",
+        "    batches = iter(run.dataloader)\n    step = 0\n"
+        "    while step < run.total_steps:\n        batch = next(batches)\n",
+    ).replace(
+        "        run.optimizer.zero_grad()\n",
+        "        run.optimizer.zero_grad()\n        step += 1\n",
+    )
+    assert "while step < run.total_steps:" in code
+    alone = [(f.line, f.column, f.code) for f in lint(code, "ACC410").findings]
+    assert alone == [(23, 62, "ACC410")]
+    both = lint_source(code.encode(), "example.py", Selection(select=["ACC410", "ACC415"]))
+    assert [(f.line, f.column, f.code) for f in both.findings] == [(23, 62, "ACC415")]
+
+
 def test_a_loss_total_from_a_step_helper_returning_item_is_reduced_as_a_tensor():
     """A tabular trainer's ``loss, pred = self.make_step(batch, False)`` returns ``loss.item()``:
     the advice makes the float total a tensor first (``reduce`` refuses floats)."""

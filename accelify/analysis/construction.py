@@ -494,9 +494,9 @@ def _prepared_as_a_model(
 ) -> bool:
     """Construction shows ``spelling`` is a model without calling it: what it prepared there is
     a model by the analysis (made by a model class, or fed to an optimizer as
-    ``AdamW(model.parameters())`` beside it), or was loaded with ``from_pretrained`` (a
+    ``AdamW(model.parameters())`` beside it), was loaded with ``from_pretrained`` (a
     transformers model made by ``getattr(transformers, cls).from_pretrained(name)``, used only
-    through ``generate``)."""
+    through ``generate``), or had its mode switched (`_switched_mode`: a reference model)."""
     for prepare in script.prepare_calls:
         function = script.index.enclosing_function(prepare.call)
         if function not in construction or spelling not in prepare.outputs:
@@ -512,7 +512,44 @@ def _prepared_as_a_model(
             return True
         if _loaded_pretrained(script, source, function):
             return True
+        if _switched_mode(script, source, function):
+            return True
     return False
+
+
+_MODES = ("eval", "train")
+
+
+def _switched_mode(script: ScriptModel, source: str, function: cst.FunctionDef) -> bool:
+    """``source`` has its mode switched (``ref.eval()``, only a module has it) in ``function``,
+    or is bound there to what a function of the file returns after switching its mode
+    (``self.ref_model = self._init_ref_model()``, whose ``model_copy.eval()`` precedes ``return
+    model_copy``): a reference model copied from the policy and left requiring grad."""
+    if _mode_switched_in(script, source, function):
+        return True
+    for assign in script.index.assignments_to(source):
+        if script.index.enclosing_function(assign) is not function or not isinstance(
+            assign.value, cst.Call
+        ):
+            continue
+        targets = script.call_graph.targets(assign.value)
+        if len(targets) != 1:
+            continue
+        returns = script.index.own_returns(targets[0])
+        if returns and all(
+            isinstance(r.value, cst.Name) and _mode_switched_in(script, r.value.value, targets[0])
+            for r in returns
+        ):
+            return True
+    return False
+
+
+def _mode_switched_in(script: ScriptModel, name: str, function: cst.FunctionDef) -> bool:
+    modes = {f"{name}.{mode}" for mode in _MODES}
+    return any(
+        dotted(call.func) in modes and script.index.enclosing_function(call) is function
+        for call in script.calls
+    )
 
 
 def _loaded_pretrained(script: ScriptModel, source: str, function: cst.FunctionDef) -> bool:
