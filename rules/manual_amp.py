@@ -4,6 +4,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.accelerator_objects import without_accelerator
+from accelify.analysis.precision import device_type_of_the_run
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import (
@@ -25,7 +26,11 @@ class ManualAmp(Rule):
     clipping), DeepSpeed and FSDP run their own precision under it, and a ``"cuda"`` autocast
     does nothing on a CPU rank. An autocast around validation, inference or a frozen model is
     not reported: nothing there competes with the Accelerator's mixed precision; nor is a
-    bfloat16 autocast (nothing to scale, and fp32 on a CPU rank: the numbers stay right)."""
+    bfloat16 autocast (nothing to scale, and fp32 on a CPU rank: the numbers stay right), nor,
+    in a file that scales nothing by hand, an autocast whose device type is read from the device
+    the script runs on (``device_type=self.device.split(":")[0]``): it casts on every rank's own
+    device, and its dtype follows that device, which no one mixed_precision value says (the
+    conversion keeps it, with a review line)."""
 
     code = "ACC504"
     name = "manual-amp"
@@ -66,6 +71,14 @@ class ManualAmp(Rule):
             4,
             6,
         ),
+        Example(  # a device type read from the device, beside a scaler the file uses by hand
+            HEADER
+            + "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+            + "with torch.autocast(device.type):\n    loss = model(x).sum()\n"
+            + "accelerator.backward(scaler.scale(loss))\n",
+            4,
+            10,
+        ),
     )
     good = (
         PARITY_REFERENCE,
@@ -90,6 +103,11 @@ class ManualAmp(Rule):
         + "import torch\n"
         + "with torch.autocast(device.type, dtype=torch.bfloat16 if cuda else torch.float32):\n"
         + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
+        # the device type read from the device the trainer runs on (a converted trainer's
+        # ``self.device = str(self.accelerator.device)``), nothing scaled by hand
+        HEADER
+        + "import torch\nwith torch.autocast(device_type=device.split(':')[0], enabled=amp):\n"
+        + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
         # a validation method's ``output`` is not the one another method's backward reads
         HEADER
         + "import torch\n\n\ndef train_step(x):\n    output = model(x)\n"
@@ -109,6 +127,8 @@ class ManualAmp(Rule):
                 continue  # neither: the walk up of `without_accelerator` is not needed
             if without_accelerator(script, call):
                 continue  # the plain-PyTorch path of a script that runs with or without one
+            if not scaler and not scales and device_type_of_the_run(script, call):
+                continue  # casts on this rank's own device, unscaled: nothing to replace
             if scaler or (not _bfloat16(call) and _around_training(script, call)):
                 yield self.finding(script, call)
 

@@ -132,3 +132,23 @@ def test_a_print_laid_out_with_a_hanging_indent_keeps_it():
         '    accelerator.print(f"epoch {epoch} loss {loss.item():.4f} "\n'
         '        f"steps {len(loader)}")\n'
     )
+
+
+def test_a_message_the_user_split_into_joined_strings_stays_one_string_per_line():
+    """trial18: ``print(f"..." \\n f"...")`` rewritten to ``accelerator.print`` came out as one
+    187-column line of joined f-strings; inside the call's brackets each stays on its line."""
+    script = SCRIPT.format(save="").replace(
+        "        optimizer.step()\n",
+        "        optimizer.step()\n"
+        '        print(f"loss {loss.item():.4f} over the batch of inputs {inputs.shape} "\n'
+        "              f\"with labels {labels.shape} and lr {optimizer.param_groups[0]['lr']}\")\n",
+    )
+    converted = convert_source(script.encode(), "train.py").converted.decode()
+    assert max(len(line) for line in converted.splitlines()) <= 88
+    assert (
+        "        accelerator.print(\n"
+        '            f"loss {loss.item():.4f} over the batch of inputs {inputs.shape} "\n'
+        "            f\"with labels {labels.shape} and lr {optimizer.param_groups[0]['lr']}\"\n"
+        "        )\n"
+    ) in converted
+    compile(converted, "train.py", "exec")

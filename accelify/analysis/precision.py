@@ -145,6 +145,28 @@ def precision_of(model: ScriptModel, prepare_scope: cst.CSTNode | None) -> Preci
     return found
 
 
+def device_type_of_the_run(model: ScriptModel, call: cst.Call) -> bool:
+    """``torch.autocast(device_type=self.device.split(":")[0])``, ``autocast(device.type)``: the
+    autocast's device type is read from the device the script runs on, not written as a
+    literal (nor a name bound once to one, ``DEVICE = "cuda"``). It casts on whichever device
+    this rank runs on, so it is never a CUDA autocast left idle on a CPU rank; and since its
+    dtype follows that device (float16 on CUDA, bfloat16 on the CPU, unscaled), no one
+    ``Accelerator(mixed_precision=...)`` means the same: the conversion keeps it as written
+    (`_carried`'s reason), and lint does not tell the user to replace it."""
+    qualified = model.call_names(call) & names.AUTOCASTS
+    if not qualified or min(qualified) in _DEVICE_OF:
+        return False
+    device = _argument(call, "device_type", _DEFAULT_POSITIONS)
+    if device is None or isinstance(device, (cst.SimpleString, cst.ConcatenatedString)):
+        return False
+    read = dotted(device)
+    if read is not None and "." not in read:
+        bound = _bound_once(model, read)
+        if bound is None or isinstance(bound, (cst.SimpleString, cst.FormattedString)):
+            return False  # ``DEVICE = "cuda"``, or a name set more than once
+    return True
+
+
 def _autocast(model: ScriptModel, call: cst.Call, qualified: str) -> Autocast:
     positions = _AUTOCAST_POSITIONS.get(qualified, _DEFAULT_POSITIONS)
     device = _DEVICE_OF.get(qualified)

@@ -1427,7 +1427,10 @@ class _Collector(Visitor):
         """``self.device = device`` in ``def __init__(self, ..., device="cpu")``: the device
         the script runs on, chosen by a parameter whose default names one (a ``--device``
         flag is usually what the caller passes), or is ``None`` (``.to(None)`` leaves the
-        model and the tensors where they are made: the one device of a plain run)."""
+        model and the tensors where they are made: the one device of a plain run). A parameter
+        with no default is the caller's device too (``Trainer(model, ..., args.device)``):
+        kept, it would go on naming the caller's device (``"cpu"``, or ``cuda`` = cuda:0 on
+        every rank) while prepare places the model and the batches on this rank's."""
         if name.split(".")[-1].lower() != "device" or not isinstance(value, cst.Name):
             return None
         function = next(
@@ -1436,6 +1439,8 @@ class _Collector(Visitor):
         if function is None:
             return None
         for parameter in (*function.params.params, *function.params.kwonly_params):
+            if parameter.name.value == value.value and parameter.default is None:
+                return Kind.DEVICE
             if parameter.name.value == value.value and parameter.default is not None:
                 default = parameter.default
                 none = isinstance(default, cst.Name) and default.value == "None"

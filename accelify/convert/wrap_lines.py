@@ -132,6 +132,8 @@ def _laid_out(node: cst.BaseExpression, column: int, depth: int) -> cst.BaseExpr
     levels in) split as black splits it when its line is too long: the items on one indented
     line, else one per line with a trailing comma, each still too long split the same way."""
     start = column + len(INDENT) * depth
+    if isinstance(node, cst.ConcatenatedString):
+        return _strings_per_line(node, depth)
     if isinstance(node, cst.Call) and depth and start + len(_code(node.func)) + 1 > LINE_LENGTH:
         return node  # the call's head alone is too long: splitting its arguments gains nothing
     if isinstance(node, cst.Call) and node.args:
@@ -158,8 +160,28 @@ def _laid_out(node: cst.BaseExpression, column: int, depth: int) -> cst.BaseExpr
 
 def _splittable(item: cst.CSTNode) -> bool:
     value = getattr(item, "value", None)
-    return (isinstance(value, cst.Call) and bool(value.args)) or (
-        isinstance(value, (cst.Dict, cst.List)) and bool(value.elements)
+    return (
+        (isinstance(value, cst.Call) and bool(value.args))
+        or (isinstance(value, (cst.Dict, cst.List)) and bool(value.elements))
+        or isinstance(value, cst.ConcatenatedString)
+    )
+
+
+def _strings_per_line(node: cst.ConcatenatedString, depth: int) -> cst.ConcatenatedString:
+    """``f"a " f"b " f"c"`` (a message the user wrote over several lines, joined when the
+    statement was collapsed) back to one string per line, ``depth`` levels in: inside the
+    brackets of the call or the display that holds it, the strings still join."""
+    right = node.right
+    if isinstance(right, cst.ConcatenatedString):
+        right = _strings_per_line(right, depth)
+    return node.with_changes(
+        right=right,
+        whitespace_between=cst.ParenthesizedWhitespace(
+            first_line=cst.TrailingWhitespace(),
+            empty_lines=[],
+            indent=True,
+            last_line=cst.SimpleWhitespace(INDENT * depth),
+        ),
     )
 
 

@@ -676,6 +676,9 @@ def run_devices(ctx: Context) -> None:
         as_string = read_as_string(ctx.model, binding.name) and (
             _is_string(binding.value)
             or (isinstance(binding.value, cst.Name) and _values_of(ctx, binding) == {"str"})
+            # ``self.device = device`` of a parameter with no default that the file reads as a
+            # string (``self.device.split(":")``): a string, or the original would fail there
+            or (_parameter_without_default(ctx, binding) and _values_of(ctx, binding) <= {"str"})
         )
         device = f"str({ctx.a('device')})" if as_string else ctx.a("device")
         if _unpacked(binding):
@@ -706,6 +709,7 @@ def run_devices(ctx: Context) -> None:
                 anywhere=acc != ctx.acc,
             )
             _review_chosen_by_flags(ctx, binding, acc)
+            _review_handed_by_callers(ctx, binding, shown)
             if acc != ctx.acc:
                 _device_types(ctx, binding, as_string, converted=True)
                 if not as_string:
@@ -858,6 +862,52 @@ def _review_chosen_by_flags(ctx: Context, binding: Binding, acc: str) -> None:
     )
 
 
+def _parameter_without_default(ctx: Context, binding: Binding) -> cst.FunctionDef | None:
+    """The function whose parameter (with no default) ``binding`` keeps: ``self.device =
+    device`` of ``def __init__(self, model, device)``."""
+    value = binding.value
+    function = ctx.facts.placement.enclosing_function(value)
+    if not isinstance(value, cst.Name) or function is None:
+        return None
+    for parameter in (*function.params.params, *function.params.kwonly_params):
+        if parameter.name.value == value.value:
+            return function if parameter.default is None else None
+    return None
+
+
+def _review_handed_by_callers(ctx: Context, binding: Binding, shown: str) -> None:
+    """``self.device = device`` where the file's callers hand a flag (``Trainer(model, ...,
+    args.device)`` of ``--device``, default ``"cpu"``): the flag chose the device the trainer
+    moved everything to; it is now this rank's, whatever the flag says. Said at the binding,
+    as `_review_chosen_by_flags` says it of ``device = torch.device(args.device)``; not where
+    the caller hands a device the conversion already makes this rank's (that binding's own
+    review says it)."""
+    function = _parameter_without_default(ctx, binding)
+    if function is None:
+        return
+    assert isinstance(binding.value, cst.Name)
+    flags: list[str] = []
+    for call, implicit in ctx.facts.calls.calls_of(function):
+        for parameter, argument in bound_arguments(function, call, implicit):
+            if parameter != binding.value.value:
+                continue
+            handed = dotted(argument.value)
+            if handed is not None and ctx.facts.flow.kind_of(handed, call) is Kind.DEVICE:
+                continue
+            for read in device_choosers(ctx.model, argument, argument.value):
+                if read not in flags:
+                    flags.append(read)
+    if not flags:
+        return
+    read = ", ".join(flags)
+    ctx.plan.review(
+        binding.line,
+        f"{binding.name} was the device its callers hand in ({read}): it is now {shown}, this "
+        f"rank's, so {read} no longer chooses it (on a GPU machine every rank runs on its "
+        "GPU); for a CPU run, launch with `accelify launch --cpu` or pass Accelerator(cpu=...)",
+    )
+
+
 def _other_reads_of_the_parameter(
     ctx: Context, value: cst.BaseExpression, kept: cst.CSTNode
 ) -> None:
@@ -932,6 +982,8 @@ def _device_types(ctx: Context, binding: Binding, as_string: bool, converted: bo
     _compare_device_types(ctx, binding.name, binding.scope, as_string, statement)
     _device_type_arguments(ctx, binding.name, binding.scope, as_string, statement)
     _device_type_keys(ctx, binding.name, binding.scope, as_string, statement)
+    if statement is not None:
+        _formatted_devices(ctx, binding, as_string, statement)
 
 
 def _keyed_by_device_types(ctx: Context, table: cst.BaseExpression) -> bool:
@@ -1027,6 +1079,11 @@ def _compare_device_types(
             if not (isinstance(other, cst.SimpleString) and other.evaluated_value in _DEVICE_TYPES):
                 continue
             seen = _reads_binding(ctx, node, read, name, scope, binding)
+            if seen == _NOT and binding is not None:
+                seen = _may_read(ctx, node, read, name, scope)
+            if seen == _UNSURE:
+                _review_unsure(ctx, node, read, name, as_string, "the test")  # type: ignore[arg-type]
+                continue
             if seen == _NOT or (seen == _EITHER and not _has_torch(ctx)):
                 continue
             typed = _type_of(read, as_string or seen == _EITHER)  # type: ignore[arg-type]
@@ -1095,8 +1152,9 @@ def _device_type_arguments(
 
 
 #: how a read sees the device binding: not at all, always as this rank's torch.device, or
-#: handed it at some calls and the script's own string (a call above the binding) at others
-_NOT, _DEVICE, _EITHER = 0, 1, 2
+#: handed it at some calls and the script's own string (a call above the binding) at others;
+#: or maybe (`_may_read`: an alias the conversion cannot follow), said with a review line
+_NOT, _DEVICE, _EITHER, _UNSURE = 0, 1, 2, 3
 
 
 def _reads_binding(
@@ -1122,6 +1180,154 @@ def _reads_binding(
         read = _unaliased(ctx, node, read)
         seen = _reads_directly(ctx, node, read, name, scope, binding) if read else _NOT
     return seen
+
+
+def _may_read(
+    ctx: Context, node: cst.CSTNode, read: str | None, name: str, scope: cst.CSTNode
+) -> int:
+    """How ``read`` at ``node`` sees the device ``name`` where `_reads_binding` finds no
+    alias: through a name the function sets more than once, ``_DEVICE`` where the assignment
+    just above in the same block is the device (``dev = args.device``; ``dev = "cpu"`` only
+    further down), ``_UNSURE`` where one of them may be (``dev = "cpu"`` in a branch); or
+    ``_UNSURE`` through an attribute of ``self`` that keeps the object under its own name
+    (``opts = self.args`` then ``opts.device``, of ``args.device``), not followed to the
+    constructor's callers. Followed up to three aliases back."""
+    function = ctx.model.scope_of(node)
+    for _ in range(3):
+        if read is None:
+            return _NOT
+        if "." in name and read == f"self.{name}":
+            return _UNSURE
+        root, dot, path = read.partition(".")
+        assigns = [
+            assign
+            for assign in walk(function)
+            if isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and assign.targets[0].target.value == root
+        ]
+        if not assigns or _sets(function, root) != len(assigns):
+            return _NOT  # also set by a loop, an unpacking or ``+=``: not an alias
+        above = [a for a in assigns if ctx.line(a) < ctx.line(node)]
+        if len(assigns) > 1 and above and _in_the_block_of(ctx, above[-1], node):
+            assigns = above[-1:]  # ``dev = args.device`` just above, ``dev = "cpu"`` below
+        elif len(assigns) > 1:
+            return max(
+                (
+                    _UNSURE
+                    for a in assigns
+                    if (value := dotted(a.value)) is not None
+                    and value != root
+                    and (
+                        _reads_binding(ctx, node, f"{value}{dot}{path}", name, scope) != _NOT
+                        or _may_read(ctx, node, f"{value}{dot}{path}", name, scope) != _NOT
+                    )
+                ),
+                default=_NOT,
+            )
+        if ctx.line(assigns[0]) >= ctx.line(node):
+            return _NOT
+        value = dotted(assigns[0].value)
+        read = f"{value}{dot}{path}" if value is not None and value != root else None
+        if read is not None and _reads_binding(ctx, node, read, name, scope) == _DEVICE:
+            return _DEVICE
+    return _NOT
+
+
+def _in_the_block_of(ctx: Context, assign: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """``assign``'s statement and the one holding ``node`` are in one block: the assignment
+    is what ``node`` reads, whatever other lines set the name."""
+    return ctx.model.parent(ctx.statement_of(assign)) is ctx.model.parent(ctx.statement_of(node))
+
+
+def _review_unsure(
+    ctx: Context, node: cst.CSTNode, read: str, name: str, as_string: bool, what: str
+) -> None:
+    """Said at a read that may be this rank's device and is left as it is (`_may_read`)."""
+    now = 'a string like "cuda:1"' if as_string else "a torch.device, which never equals a string"
+    ctx.plan.review(
+        ctx.line(node),
+        f"{read} may be {name}, this rank's device now ({now}), or another value: the "
+        f"conversion cannot tell which, so {what} is left as is; where it is that device, "
+        f"read its type, torch.device({read}).type, as the script read the type's name",
+    )
+
+
+def _formatted_devices(
+    ctx: Context, binding: Binding, as_string: bool, statement: cst.CSTNode
+) -> None:
+    """``f"runs/{device}"`` once ``device`` is this rank's: the text names ``cuda:1`` on rank 1
+    where the script's named ``cuda``, so a path made of it differs on each rank (every rank
+    writes a folder of its own). Where every value the script gave the device is a type's name
+    (``"cuda" if ... else "cpu"``), its type is the same text: read there (a printed line then
+    shows what the script's did). Otherwise (a flag that may say ``cuda:1``), or where the read
+    only may be the device, a review line, but not of text a print or a log only shows."""
+    types_only = all(
+        isinstance(choice, cst.SimpleString) and choice.evaluated_value in _DEVICE_TYPES
+        for choice in _choices(binding.value)
+    )
+    for node in ctx.model.index.of_type(cst.FormattedStringExpression):
+        assert isinstance(node, cst.FormattedStringExpression)
+        read = dotted(node.expression)
+        if read is None or node.format_spec is not None:
+            continue
+        shown = _shown_only(ctx, node)
+        seen = _reads_binding(ctx, node, read, binding.name, binding.scope, statement)
+        if seen == _NOT:
+            seen = _may_read(ctx, node, read, binding.name, binding.scope)
+        if seen == _UNSURE and not shown:
+            _review_unsure(ctx, node, read, binding.name, as_string, "the formatted text")
+        if seen in (_NOT, _UNSURE):
+            continue
+        if not types_only or seen == _EITHER:
+            if shown:
+                continue
+            ctx.plan.review(
+                ctx.line(node),
+                f"{{{read}}} formats this rank's device now (cuda:1 on rank 1), where the script "
+                f"formatted the device it chose: left as is; for the device's type, as on one "
+                f"GPU, write {{torch.device({read}).type}}",
+            )
+            continue
+        typed = _type_of(read, as_string)
+        ctx.plan.replace(
+            node.expression,
+            Swap(typed),
+            ctx.line(node),
+            f"{{{read}}} -> {{{typed}}}: {read} is this rank's device now (cuda:1 on rank 1), "
+            "and the script's was a type's name",
+            anywhere=True,
+        )
+
+
+def _choices(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values a device may take: the branches of ``a if c else b``, the argument of
+    ``torch.device(...)``, else ``value`` itself."""
+    if isinstance(value, cst.IfExp):
+        return _choices(value.body) + _choices(value.orelse)
+    if (
+        isinstance(value, cst.Call)
+        and (dotted(value.func) or "").endswith("device")
+        and len(value.args) == 1
+        and value.args[0].keyword is None
+    ):
+        return _choices(value.args[0].value)
+    return [value]
+
+
+#: calls whose text is only shown: a device formatted there changes what is shown, nothing else
+_SHOWING = frozenset({"print", "debug", "info", "warning", "warn", "error", "log", "write"})
+
+
+def _shown_only(ctx: Context, node: cst.CSTNode) -> bool:
+    """The f-string holding ``node`` is an argument of a print or a log call."""
+    string = next(
+        (a for a in ctx.model.ancestors(node) if isinstance(a, cst.FormattedString)), None
+    )
+    argument = ctx.model.parent(string) if string is not None else None
+    call = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
+    return isinstance(call, cst.Call) and (dotted(call.func) or "").rsplit(".", 1)[-1] in _SHOWING
 
 
 def _unaliased(ctx: Context, node: cst.CSTNode, read: str) -> str | None:
