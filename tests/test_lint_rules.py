@@ -1821,7 +1821,11 @@ def test_a_trained_models_own_method_in_a_training_step_is_not_advised_unwrap_mo
     leaves their gradients unaveraged: the replicas drift apart silently."""
     from rules.wrapper_attribute import WrapperAttribute
 
-    example = WrapperAttribute.bad[0]
+    (example,) = (
+        example
+        for example in WrapperAttribute.bad
+        if "self.model.forward_rl(" in example.code and "ref_model" not in example.code
+    )
     finding = the_finding(example.code, "ACC104")
     assert finding.line == example.line
     assert "compute it in the model's forward() and call self.model(...)" in finding.message
