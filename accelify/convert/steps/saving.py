@@ -10,6 +10,7 @@ import libcst as cst
 
 from accelify.analysis import names, side_effects
 from accelify.analysis.loss_sources import last_binding, runs_before
+from accelify.analysis.objects import property_alias
 from accelify.analysis.saved_values import saved_whole_objects
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
@@ -655,7 +656,8 @@ def _instance_state_saved(ctx: Context, call: cst.Call, name: str) -> bool:
         else []
     )
     held = dotted(states[0].func.value) if states else None  # type: ignore[attr-defined]
-    if held is not None and held not in ctx.plan.prepared:  # a prepared one is unwrapped there
+    followed = (property_alias(ctx.model, held, states[0]) or held) if states else None
+    if held is not None and followed not in ctx.plan.prepared:  # a prepared one is unwrapped
         ctx.plan.review(
             ctx.line(call),
             f"{name}.state_dict() is {made}.state_dict() (line {ctx.line(method)}), which saves "
