@@ -27,6 +27,7 @@ from accelify.analysis.syntax import (
     dotted,
     element_at,
     is_assignment,
+    is_docstring,
     strip_self_methods,
     tuple_leaves,
     unpacked_pairs,
@@ -1002,6 +1003,30 @@ def _target_names(target: cst.BaseExpression) -> list[str] | None:
 
 #: Decorators that make a method read as an attribute: ``self.train_loader``.
 _PROPERTIES = frozenset({"property", "cached_property", "functools.cached_property"})
+
+
+def property_alias(model: ScriptModel, name: str | None, at: cst.CSTNode) -> str | None:
+    """``self._model`` for ``self.model`` read at ``at``, when the class around ``at`` (or a
+    base of it in this file) makes ``model`` a ``@property`` whose whole body is ``return
+    self._model``: an accessor, so what is said of the attribute it hands back (a model, and
+    prepared) is said of it."""
+    if name is None or not name.startswith("self.") or name.count(".") != 1:
+        return None
+    owner = model.index.enclosing_class(at)
+    if owner is None:
+        return None
+    method = model.call_graph.lookup(owner, name.split(".", 1)[1])
+    if method is None or not {dotted(d.decorator) for d in method.decorators} & _PROPERTIES:
+        return None
+    body = method.body.body if isinstance(method.body, cst.IndentedBlock) else []
+    lines = [line for line in body if not is_docstring(line)]
+    if len(lines) != 1 or not isinstance(lines[0], cst.SimpleStatementLine):
+        return None
+    returned = lines[0].body[0]
+    value = dotted(returned.value) if isinstance(returned, cst.Return) and returned.value else None
+    if value is None or not value.startswith("self.") or value.count(".") != 1 or value == name:
+        return None
+    return value
 
 
 def loader_property(

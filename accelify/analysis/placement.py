@@ -61,10 +61,74 @@ class Placement:
             bindings = [b for b in self.model.of_kind(kind) if not b.received]
             owned = [b for b in bindings if not self._made_for_the_caller(b)]
             if owned or bindings:
-                return (owned or bindings)[0].scope
+                return self._outermost_training_scope(owned or bindings)
         if self.model.backward_calls:
             return self.model.scope_of(self.model.backward_calls[0])
         return None
+
+    def _outermost_training_scope(self, bindings: list[Binding]) -> Scope:
+        """The first binding's scope, unless another function that trains with its own
+        optimizer calls that one (SimCLR's ``main()`` pretrains its encoder through
+        ``pretrain(encoder, loader, optimizer)``, then calls ``linear_probe()``, defined above
+        it, which builds and trains a probe): ``main()`` assembles training and the probe's
+        function is one of the others it calls, whatever order the file defines them in."""
+        first = bindings[0].scope
+        if not isinstance(first, cst.FunctionDef) or self.is_method(first):
+            return first
+        if not self._trains_its_own_model(bindings[0], first):
+            return first
+        for binding in bindings[1:]:
+            scope = binding.scope
+            if (
+                isinstance(scope, cst.FunctionDef)
+                and scope is not first
+                and not self.is_method(scope)
+                and self._calls(scope, first)
+                and self._trains_with(scope, binding.name)
+            ):
+                return scope
+        return first
+
+    def _trains_its_own_model(self, optimizer: Binding, function: cst.FunctionDef) -> bool:
+        """``function`` builds ``optimizer`` over models it makes itself and returns none of
+        its objects: a probe or a second stage, not a factory (whose caller gets what it
+        prepares) nor a warm-up of a model it is handed."""
+        owners = parameter_owners(optimizer)
+        if not owners or any(has_parameter(function, owner) for owner in owners):
+            return False
+        made = {optimizer.name, *owners}
+        return not any(
+            name in made
+            for returned in self.model.index.own_returns(function)
+            if returned.value is not None
+            for node in walk(returned.value)
+            if isinstance(node, cst.Name)
+            for name in [node.value]
+        )
+
+    def _calls(self, caller: cst.FunctionDef, function: cst.FunctionDef) -> bool:
+        graph = self.model.call_graph
+        return any(
+            function is callee
+            for call in walk(caller.body)
+            if isinstance(call, cst.Call)
+            for callee, _ in graph.callees(call)
+        )
+
+    def _trains_with(self, scope: cst.FunctionDef, optimizer: str) -> bool:
+        """A backward runs in ``scope``, or in a function of this file it hands ``optimizer``."""
+        if self._has_backward(scope):
+            return True
+        graph = self.model.call_graph
+        return any(
+            isinstance(call, cst.Call)
+            and any(dotted(arg.value) == optimizer for arg in call.args)
+            and any(self._has_backward(callee) for callee, _ in graph.callees(call))
+            for call in walk(scope.body)
+        )
+
+    def _has_backward(self, function: cst.FunctionDef) -> bool:
+        return any(self.inside(call, function) for call in self.model.backward_calls)
 
     def _made_for_the_caller(self, optimizer: Binding) -> bool:
         """An optimizer a factory of this file builds over the model it is handed and returns

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -109,3 +109,40 @@ def _bound_at(target: cst.BaseAssignTargetExpression, places: list[int | None]) 
         and place < len(target.elements)
         and isinstance(target.elements[place].value, cst.Name)
     ]
+
+
+def discarded_by_every_caller(facts: Facts, returned: cst.Return) -> bool:
+    """Every call in the file of the function that ``returned`` leaves drops what it hands back
+    (``train_epoch(...)`` alone on its line) or binds it to a name its own function never reads
+    (``loss = train_epoch(...)`` inside a k-fold loop that prints only the folds' accuracies):
+    the value is never shown, so nothing about how it is computed reaches the user. False
+    where a caller is unknown (no call in the file, or the function is handed on by name)."""
+    script = facts.model
+    function = facts.placement.enclosing_function(returned)
+    if not isinstance(function, cst.FunctionDef) or facts.calls.references(function):
+        return False
+    calls = facts.calls.calls_of(function)
+    if not calls:
+        return False
+    for call, _ in calls:
+        line = script.parent(call)
+        if isinstance(line, cst.Expr):
+            continue
+        if not (
+            isinstance(line, cst.Assign)
+            and len(line.targets) == 1
+            and isinstance(line.targets[0].target, cst.Name)
+        ):
+            return False
+        name = line.targets[0].target.value
+        scope = facts.placement.enclosing_function(call) or script.module
+        spelled = sum(isinstance(n, cst.Name) and n.value == name for n in walk(scope))
+        bound = sum(
+            isinstance(n, cst.AssignTarget)
+            and isinstance(n.target, cst.Name)
+            and n.target.value == name
+            for n in walk(scope)
+        )
+        if spelled != bound:
+            return False
+    return True

@@ -13,6 +13,7 @@ from accelify.analysis.objects import attributes_kept, bound_arguments, loader_p
 from accelify.analysis.own_values import OwnValues
 from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import draws_alike_per_step, randomness_of
+from accelify.analysis.returned_values import discarded_by_every_caller
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.shard_totals import ShardTotal, list_mean
@@ -358,6 +359,8 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
         if found.over_batches and _printed_as_the_whole_runs_mean(ctx, found):
             summed.add((id(found.loop.node), found.total))
             continue
+        if found.over_batches and _returned_to_no_reader(ctx, found):
+            continue
         if found.over_batches:
             mean = found.mean or f"{found.total} / {ctx.code(found.divisor)}"
             reduced = found.mean or found.total
@@ -393,6 +396,18 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
             f"{ctx.a_at(found.division, 'gather_for_metrics')} before summing them",
         )
     return summed
+
+
+def _returned_to_no_reader(ctx: Context, found: ShardTotal) -> bool:
+    """``return total / len(loader)`` of a training helper whose callers never read the
+    result: no line shows this rank's mean, so there is nothing to review."""
+    shown = ctx.statement_of(found.division)
+    returned = shown.body[0] if isinstance(shown, cst.SimpleStatementLine) else None
+    return (
+        isinstance(returned, cst.Return)
+        and returned.value is found.division
+        and discarded_by_every_caller(ctx.facts, returned)
+    )
 
 
 def _printed_as_the_whole_runs_mean(ctx: Context, found: ShardTotal) -> bool:

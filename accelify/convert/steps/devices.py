@@ -51,6 +51,8 @@ def run_model_moves(ctx: Context) -> None:
     for binding in ctx.model.of_kind(Kind.MODEL):
         if binding.name in ctx.frozen or never_prepared(ctx, binding.name, binding.scope):
             continue
+        if _made_after_its_prepare(ctx, binding):
+            continue
         stripped = strip_moves(binding.value)
         if stripped is binding.value:
             continue
@@ -166,6 +168,19 @@ def made_after_prepare(ctx: Context, name: str, at: cst.CSTNode) -> bool:
     beside the batches of the prepared loaders, and it stays."""
     made = made_for(ctx.model, name, at)
     return made is not None and ctx.prepare_anchor is not None and ctx.after_prepare(made, name)
+
+
+def _made_after_its_prepare(ctx: Context, binding: Binding) -> bool:
+    """``teacher = Teacher().to(device)`` after the prepare call of the ``teacher`` trained
+    above it, in the same function (a distillation script reloading the teacher's saved weights
+    into a fresh model before freezing it): that new object is never prepared, so its device
+    move is what puts it beside the prepared loaders' batches, and it stays."""
+    anchor = ctx.prepared_after.get(binding.name)
+    return (
+        anchor is not None
+        and ctx.model.scope_of(anchor) is binding.scope
+        and ctx.after_prepare(binding.statement, binding.name)
+    )
 
 
 def never_prepared(ctx: Context, name: str, scope: cst.CSTNode | None) -> bool:

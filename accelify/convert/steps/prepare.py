@@ -789,8 +789,44 @@ def _groups(
         last = max([last, *(index for index in waits if index < first_use)])
         placed.append((last, names))
     if placed[0][0] < 0:  # only parameters before the first use: go with the next group
-        return [(body[max(created.values())], list(chosen))]
+        return _parameters_read_first(ctx, body, chosen, created, sorted(groups.items()))
     return [(body[last], names) for last, names in placed]
+
+
+def _parameters_read_first(
+    ctx: Context,
+    body: list[cst.CSTNode],
+    chosen: dict[str, Kind],
+    created: dict[str, int],
+    groups: list[tuple[int, list[str]]],
+) -> list[tuple[cst.CSTNode, list[str]]]:
+    """Parameters go with the objects made here, prepared after the last of them, unless the
+    function reads them before that (``linear_probe(encoder, train_loader, test_loader)``
+    extracts features from both loaders, then builds and trains its probe): those are prepared
+    on their own just before their first use, or a prepare after it would leave that read on
+    every rank's copy of the whole set (an evaluation there gathering N copies of it). Read
+    by the first statement, where no statement precedes to place a prepare after, they stay
+    with the rest and a review line says so."""
+    end = max(created.values())
+    early = [
+        (use, names) for use, names in groups if use <= end and all(n not in created for n in names)
+    ]
+    if not early:
+        return [(body[end], list(chosen))]
+    first_use = early[0][0]
+    read_first = [n for _, names in early for n in names]
+    if first_use == 0:
+        ctx.plan.review(
+            ctx.line(body[0]),
+            f"{', '.join(read_first)} {'is' if len(read_first) == 1 else 'are'} read from this "
+            "line on, "
+            f"before line {ctx.line(body[end])} makes what they are prepared with: this read "
+            "is of every rank's copy of the whole set (what it gathers, N copies of it); "
+            "prepare them where they are made, before they are handed in",
+        )
+        return [(body[end], list(chosen))]
+    rest = [n for n in chosen if n not in read_first]
+    return [(body[first_use - 1], read_first), (body[end], rest)]
 
 
 def _left_out_schedulers_reading_loaders(

@@ -10,6 +10,7 @@ import libcst as cst
 
 from accelify.analysis import names, side_effects
 from accelify.analysis.loss_sources import last_binding, runs_before
+from accelify.analysis.objects import property_alias
 from accelify.analysis.saved_values import saved_whole_objects
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
@@ -600,8 +601,13 @@ def _unwrap_state_of_a_returned_object(ctx: Context, call: cst.Call) -> None:
     name = dotted(owner)
     if name is None or ctx.facts.flow.kind_of(name, call) is not None:
         return
-    functions = returned_by(ctx, name, call)
-    if not functions or not any(b.name in ctx.plan.prepared for b in ctx.model.of_kind(Kind.MODEL)):
+    if not any(b.name in ctx.plan.prepared for b in ctx.model.of_kind(Kind.MODEL)):
+        return
+    if _instance_state_saved(ctx, call, name):
+        return
+    # ``runner = Runner()`` calls ``Runner.__init__``, but what it binds is the instance
+    functions = [f for f in returned_by(ctx, name, call) if f.name.value != "__init__"]
+    if not functions:
         return
     why = f"{name} is what {functions[0].name.value}() returned, maybe the prepared model"
     outside = ctx.instance_outside_class(call)
@@ -621,6 +627,46 @@ def _unwrap_state_of_a_returned_object(ctx: Context, call: cst.Call) -> None:
             f"{why}: on several ranks the DDP wrapper, whose state dict prefixes every key "
             f"with 'module.'; left as it is: save the unwrapped model's state dict",
         )
+
+
+def _instance_state_saved(ctx: Context, call: cst.Call, name: str) -> bool:
+    """``torch.save(runner.state_dict(), path)`` where ``runner = Runner()`` is an instance of
+    a class of this file that is not a model: its ``state_dict()`` is the class's own method,
+    and unwrapping the instance changes nothing. When that method takes the state dict of
+    something it holds (``{"model": self.model.state_dict(), ...}``) through a name the
+    conversion does not follow to the prepared model (a ``@property``), a review line says
+    that on several ranks the keys carry the DDP wrapper's ``module.``. True when ``name``
+    is such an instance (the save is then left to the other rewrites)."""
+    calls = ctx.facts.calls
+    made = calls.instance_class(name, call)
+    owner = calls.classes.get(made or "")
+    if owner is None or made in ctx.model.module_classes:
+        return False
+    method = calls.lookup(owner, "state_dict")
+    states = (
+        [
+            node
+            for node in walk(method.body)
+            if isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "state_dict"
+            and dotted(node.func.value) is not None
+        ]
+        if method is not None
+        else []
+    )
+    held = dotted(states[0].func.value) if states else None  # type: ignore[attr-defined]
+    followed = (property_alias(ctx.model, held, states[0]) or held) if states else None
+    if held is not None and followed not in ctx.plan.prepared:  # a prepared one is unwrapped
+        ctx.plan.review(
+            ctx.line(call),
+            f"{name}.state_dict() is {made}.state_dict() (line {ctx.line(method)}), which saves "
+            f"{held}.state_dict(): if {held} is the prepared model, on several ranks that is "
+            "the DDP wrapper's, whose keys carry 'module.' and load into no plain model (nor "
+            f"into a run on another number of processes); take it from "
+            f"self.accelerator.unwrap_model({held}) there, and load it the same way",
+        )
+    return True
 
 
 def file_write_blocks(ctx: Context) -> list[cst.With]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.objects import bound_arguments, callee, methods_of
+from accelify.analysis.objects import bound_arguments, callee, methods_of, property_alias
 from accelify.analysis.outside_forward import (
     defined_by_a_module_class,
     in_training_step,
@@ -568,14 +568,16 @@ def _attributes(ctx: Context) -> None:
             continue
         if _saved_whole(ctx, attribute) and ctx.instance_outside_class(attribute) is not None:
             continue  # ``torch.save(trainer.model.state_dict(), p)``: the save unwraps it
-        if _never_wrapped(ctx, dotted(owner), attribute) or not ctx.facts.flow.is_model_name(
-            dotted(owner), attribute
+        # ``self.model`` of a ``@property`` that returns ``self._model``: that attribute's
+        held = property_alias(ctx.model, dotted(owner), attribute) or dotted(owner)
+        if _never_wrapped(ctx, held, attribute) or not ctx.facts.flow.is_model_name(
+            held, attribute
         ):
             continue
-        if not ctx.after_prepare(attribute, dotted(owner)):
+        if not ctx.after_prepare(attribute, held):
             continue
         if member in NAMED_MEMBERS - {"state_dict"} and not _surely_after_prepare(
-            ctx, attribute, dotted(owner)
+            ctx, attribute, held
         ):
             continue  # a list of names read before prepare (an optimizer's groups): as it is
         if _is_binding_target(ctx, attribute):
