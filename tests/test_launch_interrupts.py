@@ -230,6 +230,40 @@ def test_a_launcher_killed_by_sigkill_leaves_no_process_of_its_run(
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.distributed
+def test_a_launcher_killed_by_sigkill_takes_its_no_python_ranks_along(tmp_path: Path) -> None:
+    """A ``--no-python`` rank runs nothing of accelify, and was left running (a program sleeping
+    ten minutes here) when its launcher was killed by SIGKILL. The agent now starts it through
+    the lifeline (`lifeline.run_tied`), which asks to die with the launcher and executes the
+    program in its own place: the program itself dies with the launcher."""
+    program = tmp_path / "waits.sh"
+    program.write_text('#!/bin/sh\ntouch "$0.started.$RANK"\nexec sleep 600\n')
+    program.chmod(0o755)
+    tag = f"{os.getpid()}-no-python-{time.monotonic_ns()}"
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", "--no-python"]
+    process = start(
+        [*command, str(program)], cwd=tmp_path, env={**os.environ, "ACCELIFY_TEST_RUN": tag}
+    )
+    try:
+        markers = [tmp_path / f"waits.sh.started.{rank}" for rank in (0, 1)]
+        deadline = time.monotonic() + 120
+        while not all(marker.exists() for marker in markers):
+            assert time.monotonic() < deadline, "the programs never started"
+            time.sleep(0.05)
+        assert len(set(_processes_of_the_run(tag)) - {process.pid}) == 2
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while _processes_of_the_run(tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_of_the_run(tag) == []
+    finally:
+        _kill_group(process.pid)
+        for pid in _processes_of_the_run(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def _imported(line: bytes) -> str:
     """The module an ``-X importtime`` line says was imported (nested ones are indented)."""
     return line.decode(errors="replace").rpartition("|")[2].strip()

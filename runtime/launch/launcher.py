@@ -231,8 +231,8 @@ def torchrun_arguments(
             arguments += [flag, str(value)]
     if config.num_machines == 1:
         arguments += ["--local-addr", LOOPBACK]
-    if plan.no_python:
-        return [*arguments, "--no-python", plan.script, *plan.script_args]
+    if plan.no_python:  # the program dies with the launcher, as a Python rank does
+        return [*arguments, "--no-python", *lifeline.command(), plan.script, *plan.script_args]
     # Each rank starts through the runtime's entry, which records its failure and collectives
     # whether or not the script uses accelify's runtime, then runs the script unchanged.
     script = ["-m", plan.script] if plan.module else [plan.script]
