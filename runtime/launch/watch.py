@@ -111,10 +111,11 @@ class Watcher:
         self.poll = poll
         self.verdicts: dict[int, Verdict] = {}  # attempt -> what was found in it
         self._stop = threading.Event()
-        #: held to print, and to stop: a report is printed whole before the stop, or not at all
+        #: set by `halt`: the launcher was stopped by a signal, nothing more is said or done
+        self._halted = threading.Event()
+        #: held to print, and to halt: a report is printed whole before the halt, or not at all
         #: (reentrant: a second signal may come while the launcher's main thread holds it)
         self._saying = threading.RLock()
-        self._halted = False
         self._thread = threading.Thread(target=self._run, name="accelify-watch", daemon=True)
 
     def start(self) -> None:
@@ -125,14 +126,13 @@ class Watcher:
         run's last word: forked ranks can start again and fail within one poll, and the agent
         returns before the watch sees their attempt (the announcement went missing). After
         `halt` nothing is waited for: the watch says and does nothing more."""
-        with self._saying:
-            self._stop.set()
-        if self._halted:
+        self._stop.set()
+        if self._halted.is_set():
             return
         self._thread.join(timeout=5)
         attempt = self.last_attempt()
         if not self._thread.is_alive() and attempt is not None and attempt > self._announced:
-            self._announce_restart(attempt, after_stop=True)
+            self._announce_restart(attempt)
 
     def halt(self) -> Moment:
         """The launcher is stopped by a signal (Ctrl-C, SIGTERM), before any rank is told: each
@@ -142,17 +142,17 @@ class Watcher:
         finding a rank test in the script (the analysis imports libcst: seconds on a loaded
         machine) held a Ctrl-C's end back, and the report was printed after the stop."""
         with self._saying:
-            self._halted = True
+            self._halted.set()
             self._stop.set()
         attempt = self.last_attempt()
         ranks = {} if attempt is None else read_all(records.attempt_directory(self.root, attempt))
         alive = frozenset(rank for rank, rec in ranks.items() if _alive(rec.pid))
         return Moment(time.time(), ranks, alive)
 
-    def _say(self, text: str, after_stop: bool = False) -> bool:
-        """Print ``text`` unless the watch was stopped; whether it was printed."""
+    def _say(self, text: str) -> bool:
+        """Print ``text`` unless the watch was halted; whether it was printed."""
         with self._saying:
-            if self._stop.is_set() and not after_stop:
+            if self._halted.is_set():
                 return False
             print(text, file=self.out, flush=True)
             return True
@@ -174,12 +174,12 @@ class Watcher:
                 continue
             with self._saying:
                 if not self._say(verdict.text):
-                    return  # the run ended, or was stopped, while the report was put together
+                    return  # the launcher was stopped while the report was put together
                 self.verdicts[attempt] = verdict
             records.release(directory)  # a rank waiting for its peers at exit stops waiting
             self._end(verdict, directory)
 
-    def _announce_restart(self, attempt: int, after_stop: bool = False) -> None:
+    def _announce_restart(self, attempt: int) -> None:
         """torchrun's agent restarts every rank without a word (``--max-restarts``): what follows
         on the terminal is a new run of the script, and the user must know it, and why."""
         self._announced = attempt
@@ -196,8 +196,7 @@ class Watcher:
             why = f"rank {first.rank} failed first: {first.summary}{where}"
         self._say(
             f"{PREFIX} attempt {previous + 1} of the run ended ({why}); restarting every rank "
-            f"from the start of the script (restart {attempt} of {self.max_restarts})",
-            after_stop,
+            f"from the start of the script (restart {attempt} of {self.max_restarts})"
         )
 
     def last_attempt(self) -> int | None:
@@ -226,13 +225,13 @@ class Watcher:
         stranded = _left_for_good(ranks, in_collective)
         if stranded is not None:
             leaver, waiting = stranded
-            return _left(ranks, waiting, {leaver: ranks[leaver]}, directory, self._stop)
+            return _left(ranks, waiting, {leaver: ranks[leaver]}, directory, self._halted)
         waiting = {r: rec for r, rec in in_collective.items() if now - rec.since >= self.grace}
         if not waiting:
             return None
         if len({(rec.operation, rec.sequence) for rec in waiting.values()}) > 1:
             stacks = {
-                r: _stack(directory, r, rec.pid, self._stop) for r, rec in sorted(waiting.items())
+                r: _stack(directory, r, rec.pid, self._halted) for r, rec in sorted(waiting.items())
             }
             return _mismatch(ranks, waiting, stacks)
         left = {
@@ -241,13 +240,13 @@ class Watcher:
             if rec.state == LEAVING and now - rec.since >= self.grace
         }
         if left:
-            return _left(ranks, waiting, left, directory, self._stop)
+            return _left(ranks, waiting, left, directory, self._halted)
         if self.hang_timeout <= 0:
             return None
         stuck = {r: rec for r, rec in waiting.items() if now - rec.since >= self.hang_timeout}
         busy = {r: rec for r, rec in ranks.items() if rec.state == RUNNING and _alive(rec.pid)}
         if stuck and busy:
-            stacks = {r: _stack(directory, r, rec.pid, self._stop) for r, rec in busy.items()}
+            stacks = {r: _stack(directory, r, rec.pid, self._halted) for r, rec in busy.items()}
             return _hang(stuck, busy, stacks, now, self.hang_timeout)
         return None
 
@@ -316,7 +315,7 @@ def _alive(pid: int) -> bool:
 
 def _terminate(pids: list[int], stopped: threading.Event) -> None:
     for pid in pids:
-        if stopped.is_set():  # the agent stops them: the run ended, or the launcher was stopped
+        if stopped.is_set():  # the run ended, or the launcher was stopped: the agent stops them
             return
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT
@@ -670,7 +669,7 @@ def _stack(
 ) -> list[tuple[str, int, str]]:
     """The rank's main-thread Python stack, oldest frame first, without accelify's, torch's and
     the standard library's frames below the user's (faulthandler on `STACK_SIGNAL`); none once
-    ``stopped`` is set (the watch was stopped: nobody waits for the report any more)."""
+    ``stopped`` is set (the watch was halted: nobody waits for the report any more)."""
     stopped = stopped or threading.Event()
     path = records.stack_path(directory, rank)
     try:
