@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from accelify.runtime import collective_record
-from accelify.runtime.collective_record import IN_COLLECTIVE, RUNNING
+from accelify.runtime.collective_record import CRASHED, IN_COLLECTIVE, LEAVING, RUNNING, Record
 from accelify.runtime.environment import FAILURE_DIR
-from accelify.runtime.launch import leftovers, lifeline, watch
+from accelify.runtime.launch import leftovers, lifeline, outcome, watch
 from accelify.runtime.state import _ExitGuard
 from conftest import _kill_group, start
 
@@ -236,6 +236,39 @@ def test_a_launch_stopped_by_a_signal_leaves_nothing_in_the_temporary_folder(
         _kill_group(process.pid)
     assert process.returncode == 128 + signum, stderr
     assert [p.name for p in temporary.iterdir() if p.name.startswith("accelify-")] == []
+
+
+def test_a_stop_says_what_each_rank_was_doing_as_it_came(tmp_path: Path) -> None:
+    """One line per rank from its record as the signal came: the collective it waited in and
+    its line, or running, leaving, failing; a rank whose process was gone, no longer running."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ntotal = accelerator.gather(loss)\n")
+    where = f"{script}:2"
+    records = {
+        0: Record(0, 10, IN_COLLECTIVE, 8, 4, 100.0, "gather", where),
+        1: Record(1, 11, RUNNING, 7, 4, 130.0, "backward", where),
+        2: Record(2, 12, LEAVING, 7, 3, 120.0, "backward", where),
+        3: Record(3, 13, CRASHED, 7, 4, 139.0, "backward", where),
+        4: Record(4, 14, IN_COLLECTIVE, 8, 4, 139.5, "gather", where),
+        5: Record(5, 15, IN_COLLECTIVE, 8, 4, 100.0, "gather", where),
+    }
+    moment = watch.Moment(140.0, records, frozenset({0, 1, 2, 3, 4}))
+    text, code = outcome.stopped(signal.SIGTERM, moment)
+    place = f"{watch._shown_path(str(script))}:2 (`total = accelerator.gather(loss)`)"
+    assert text.splitlines() == [
+        "accelify launch: stopped by SIGTERM; every rank was stopped",
+        f"  rank 0 was waiting in gather at {place} for 40 s",
+        "  rank 1 was running",
+        "  rank 2 was leaving the script (after 3 backward passes)",
+        "  rank 3 was failing with an exception",
+        f"  rank 4 was waiting in gather at {place}",
+        "  rank 5 was no longer running",
+    ]
+    assert code == 143
+    assert outcome.stopped(signal.SIGINT) == (
+        "accelify launch: stopped by SIGINT; every rank was stopped",
+        130,
+    )
 
 
 def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path: Path) -> None:

@@ -384,7 +384,8 @@ def launch(plan: LaunchPlan) -> int:
                 error.failures, Path(records), attempt, watcher.verdict(attempt)
             )
         except SignalException as error:
-            watcher.halt()  # told already, unless the agent's handler was not ours to wrap
+            if not moments:  # the agent's handler was not ours to wrap (told: halted already)
+                watcher.halt()
             text, code = launch_outcome.stopped(int(error.sigval), next(iter(moments), None))
         except KeyboardInterrupt:  # before the agent took over SIGINT
             watcher.halt()

@@ -638,9 +638,9 @@ def _hang(
 def doing_words(record: Record, moment: Moment) -> str:
     """What the rank was doing at the moment, said short (a stopped run's line for each rank):
     ``waiting in gather at train.py:88 (`...`) for 12 s``, ``running``, ``leaving the script``,
-    ``failing with an exception``, or ``ended`` (its process was gone)."""
+    ``failing with an exception``, or ``no longer running`` (its process was gone)."""
     if record.rank not in moment.alive:
-        return "ended"
+        return "no longer running"
     if record.state == IN_COLLECTIVE:
         waited = moment.time - record.since
         return f"waiting in {record.operation} at {place(record)}" + (
