@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -178,7 +179,9 @@ def test_after_restarts_the_last_attempts_cause_is_named():
     [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
     ids=["SIGINT", "SIGTERM", "Ctrl-C"],
 )
-def test_stopping_the_launcher_stops_every_rank_with_one_line(signum, group, tmp_path):
+def test_stopping_the_launcher_stops_every_rank_and_says_what_each_was_doing(
+    signum, group, tmp_path
+):
     """``group``: the signal goes to the launcher and every rank at once, as a terminal's
     Ctrl-C sends it to its whole foreground process group (each rank raises
     KeyboardInterrupt as the launcher stops them)."""
@@ -201,9 +204,12 @@ def test_stopping_the_launcher_stops_every_rank_with_one_line(signum, group, tmp
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 128 + signum
     name = signal.Signals(signum).name
-    assert stderr.strip().splitlines()[-1] == (
-        f"accelify launch: stopped by {name}; every rank was stopped"
-    )
+    # the stop, then what each rank was doing as it came: training, in or out of a backward
+    said = stderr.strip().splitlines()
+    assert said[-3] == f"accelify launch: stopped by {name}; every rank was stopped", stderr
+    for rank, line in enumerate(said[-2:]):
+        backward = r"waiting in backward at \S*forever\.py:13 \(`.*`\)( for \d+ s)?"
+        assert re.fullmatch(rf"  rank {rank} was (running|{backward})", line), stderr
     for launcher_frame in ("click/core.py", "torch/distributed/run.py", "elastic/agent"):
         assert launcher_frame not in stderr
     leftovers = subprocess.run(["pgrep", "-f", str(script)], capture_output=True)

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from accelify.errors import UserError
 from accelify.run_cli import launch
-from accelify.runtime.launch import hf_flags
+from accelify.runtime.launch import hf_flags, lifeline
 from accelify.runtime.launch.config import LaunchConfig, load_config
 from accelify.runtime.launch.hf_flags import refused_family, snake
 from accelify.runtime.launch.launcher import (
@@ -307,7 +307,9 @@ def test_agent_flags_reach_torchrun():
 
 def test_no_python_runs_an_executable():
     plan = replace(parsed("--no_python"), script="bash")
-    assert "--no-python" in torchrun_arguments(plan, 1)
+    arguments = torchrun_arguments(plan, 1)
+    # started through the lifeline, which executes it once it is tied to the launcher's life
+    assert arguments[arguments.index("--no-python") + 1 :] == [*lifeline.command(), "bash"]
     check(plan, cuda_available=False)  # found on PATH, not as a file here
     with pytest.raises(UserError, match="contradict"):
         check(replace(plan, module=True), cuda_available=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from accelify.runtime import collective_record
-from accelify.runtime.collective_record import IN_COLLECTIVE
+from accelify.runtime.collective_record import CRASHED, IN_COLLECTIVE, LEAVING, RUNNING, Record
 from accelify.runtime.environment import FAILURE_DIR
-from accelify.runtime.launch import leftovers, lifeline
+from accelify.runtime.launch import leftovers, lifeline, outcome, watch
 from accelify.runtime.state import _ExitGuard
 from conftest import _kill_group, start
 
@@ -70,6 +71,17 @@ def _wait_in_a_collective(records: Path, rank: int, deadline: float) -> None:
     raise AssertionError(f"rank {rank} never entered its collective")
 
 
+def _wait_past_its_backward(records: Path, rank: int, deadline: float) -> None:
+    """Until the rank has made its backward pass and is out of it (`WAITS_IN_A_BARRIER`'s rank 1
+    then sleeps)."""
+    while time.monotonic() < deadline:
+        record = collective_record.read(records, rank)
+        if record is not None and record.state == RUNNING and record.passes:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"rank {rank} never came out of its backward pass")
+
+
 @pytest.mark.distributed
 @FRESH
 def test_ctrl_c_while_a_rank_waits_in_a_collective_ends_the_run_at_once(
@@ -88,6 +100,7 @@ def test_ctrl_c_while_a_rank_waits_in_a_collective_ends_the_run_at_once(
         assert word == "RECORDS"
         attempt = collective_record.attempt_directory(Path(records), 0)
         _wait_in_a_collective(attempt, 0, time.monotonic() + 120)
+        _wait_past_its_backward(attempt, 1, time.monotonic() + 120)
         interrupted = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: the launcher's group
         stderr = _after_the_stop(process)
@@ -95,11 +108,79 @@ def test_ctrl_c_while_a_rank_waits_in_a_collective_ends_the_run_at_once(
     finally:
         _kill_group(process.pid)
     assert process.returncode == 130, stderr
-    assert stderr.strip().splitlines()[-1] == (
-        "accelify launch: stopped by SIGINT; every rank was stopped"
-    ), stderr
+    assert _stop_lines(stderr) == _as_the_signal_came(WAITS_IN_A_BARRIER), stderr
     assert "Traceback" not in stderr, stderr
     assert took < _ExitGuard.EXIT_WAIT.total_seconds(), (took, stderr)
+
+
+def _as_the_signal_came(source: str) -> list[str]:
+    """What the launcher says of a Ctrl-C while rank 0 waits in the barrier of
+    `WAITS_IN_A_BARRIER` (or a variant, ``source``) and rank 1 sleeps: each rank, as it came."""
+    line = source.splitlines().index("accelerator.wait_for_everyone()") + 1
+    return [
+        "accelify launch: stopped by SIGINT; every rank was stopped",
+        f"  rank 0 was waiting in wait_for_everyone at waits.py:{line} "
+        "(`accelerator.wait_for_everyone()`)",
+        "  rank 1 was running",
+    ]
+
+
+def _stop_lines(stderr: str) -> list[str]:
+    """The launcher's last block, from its "stopped by" line on, with how long rank 0 had
+    waited left out (`` for 3 s``: as long as the machine took to get there)."""
+    lines = stderr.strip().splitlines()
+    start = next((i for i, line in enumerate(lines) if " stopped by " in line), len(lines))
+    return [re.sub(r" for \d+ s$", "", line) for line in lines[start:]]
+
+
+#: Rank 1 cannot answer the launcher's ask for its stack (as a rank descheduled on a loaded node,
+#: or stopped): its own handler of the stack signal, set once its group has started, notes the
+#: ask in the file ``$ASKED`` and dumps nothing; it sleeps while rank 0 waits in a barrier.
+CANNOT_SAY_WHERE = WAITS_IN_A_BARRIER.replace(
+    "    time.sleep(600)",
+    "    import signal\n"
+    "    from accelify.runtime.collective_record import STACK_SIGNAL\n"
+    '    signal.signal(STACK_SIGNAL, lambda *_: open(os.environ["ASKED"], "w").close())\n'
+    "    time.sleep(600)",
+)
+
+
+@pytest.mark.distributed
+def test_ctrl_c_while_the_watch_puts_a_hang_report_together_ends_the_run_at_once(
+    tmp_path: Path,
+) -> None:
+    """A Ctrl-C while the launcher's watch waits for a busy rank's stack, for its hang report:
+    the launcher waited for the watch (up to 5 s, and up to `watch.STACK_WAIT` for a rank that
+    cannot answer; 12 s once on a loaded machine), and the half-made report could be printed
+    after the stop. Now the watch is halted as the signal comes: it says nothing more, and the
+    launcher ends as at any Ctrl-C, with what each rank was doing."""
+    script = tmp_path / "waits.py"
+    script.write_text(CANNOT_SAY_WHERE)
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2"]
+    command += ["--hang-timeout", "1", str(script)]
+    asked = tmp_path / "asked"
+    process = start(command, cwd=tmp_path, env={**_environment("0"), "ASKED": str(asked)})
+    try:
+        word, records = process.stdout.readline().split()
+        assert word == "RECORDS"
+        attempt = collective_record.attempt_directory(Path(records), 0)
+        deadline = time.monotonic() + 120
+        _wait_in_a_collective(attempt, 0, deadline)
+        _wait_past_its_backward(attempt, 1, deadline)
+        while not asked.exists():  # the watch has asked rank 1 for its stack, and waits for it
+            assert time.monotonic() < deadline, "the watch never asked rank 1 for its stack"
+            time.sleep(0.05)
+        interrupted = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)
+        stderr = _after_the_stop(process)
+        took = time.monotonic() - interrupted
+    finally:
+        _kill_group(process.pid)
+    assert process.returncode == 130, stderr
+    assert _stop_lines(stderr) == _as_the_signal_came(CANNOT_SAY_WHERE), stderr
+    assert len(stderr.strip().splitlines()) == 3, stderr  # and nothing else: no hang report
+    # the watch waits up to STACK_WAIT for the stack; the launcher waited up to 5 s for it
+    assert took < watch.STACK_WAIT / 2, (took, stderr)
 
 
 @pytest.mark.distributed
@@ -155,6 +236,39 @@ def test_a_launch_stopped_by_a_signal_leaves_nothing_in_the_temporary_folder(
         _kill_group(process.pid)
     assert process.returncode == 128 + signum, stderr
     assert [p.name for p in temporary.iterdir() if p.name.startswith("accelify-")] == []
+
+
+def test_a_stop_says_what_each_rank_was_doing_as_it_came(tmp_path: Path) -> None:
+    """One line per rank from its record as the signal came: the collective it waited in and
+    its line, or running, leaving, failing; a rank whose process was gone, no longer running."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ntotal = accelerator.gather(loss)\n")
+    where = f"{script}:2"
+    records = {
+        0: Record(0, 10, IN_COLLECTIVE, 8, 4, 100.0, "gather", where),
+        1: Record(1, 11, RUNNING, 7, 4, 130.0, "backward", where),
+        2: Record(2, 12, LEAVING, 7, 3, 120.0, "backward", where),
+        3: Record(3, 13, CRASHED, 7, 4, 139.0, "backward", where),
+        4: Record(4, 14, IN_COLLECTIVE, 8, 4, 139.5, "gather", where),
+        5: Record(5, 15, IN_COLLECTIVE, 8, 4, 100.0, "gather", where),
+    }
+    moment = watch.Moment(140.0, records, frozenset({0, 1, 2, 3, 4}))
+    text, code = outcome.stopped(signal.SIGTERM, moment)
+    place = f"{watch._shown_path(str(script))}:2 (`total = accelerator.gather(loss)`)"
+    assert text.splitlines() == [
+        "accelify launch: stopped by SIGTERM; every rank was stopped",
+        f"  rank 0 was waiting in gather at {place} for 40 s",
+        "  rank 1 was running",
+        "  rank 2 was leaving the script (after 3 backward passes)",
+        "  rank 3 was failing with an exception",
+        f"  rank 4 was waiting in gather at {place}",
+        "  rank 5 was no longer running",
+    ]
+    assert code == 143
+    assert outcome.stopped(signal.SIGINT) == (
+        "accelify launch: stopped by SIGINT; every rank was stopped",
+        130,
+    )
 
 
 def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path: Path) -> None:
@@ -217,6 +331,40 @@ def test_a_launcher_killed_by_sigkill_leaves_no_process_of_its_run(
         running = set(_processes_of_the_run(tag)) - {process.pid}
         # the ranks, and the template and each rank's client when they are forked
         assert len(running) >= (2 if fresh == "1" else 5), running
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while _processes_of_the_run(tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_of_the_run(tag) == []
+    finally:
+        _kill_group(process.pid)
+        for pid in _processes_of_the_run(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.distributed
+def test_a_launcher_killed_by_sigkill_takes_its_no_python_ranks_along(tmp_path: Path) -> None:
+    """A ``--no-python`` rank runs nothing of accelify, and was left running (a program sleeping
+    ten minutes here) when its launcher was killed by SIGKILL. The agent now starts it through
+    the lifeline (`lifeline.run_tied`), which asks to die with the launcher and executes the
+    program in its own place: the program itself dies with the launcher."""
+    program = tmp_path / "waits.sh"
+    program.write_text('#!/bin/sh\ntouch "$0.started.$RANK"\nexec sleep 600\n')
+    program.chmod(0o755)
+    tag = f"{os.getpid()}-no-python-{time.monotonic_ns()}"
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", "--no-python"]
+    process = start(
+        [*command, str(program)], cwd=tmp_path, env={**os.environ, "ACCELIFY_TEST_RUN": tag}
+    )
+    try:
+        markers = [tmp_path / f"waits.sh.started.{rank}" for rank in (0, 1)]
+        deadline = time.monotonic() + 120
+        while not all(marker.exists() for marker in markers):
+            assert time.monotonic() < deadline, "the programs never started"
+            time.sleep(0.05)
+        assert len(set(_processes_of_the_run(tag)) - {process.pid}) == 2
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
         deadline = time.monotonic() + 10

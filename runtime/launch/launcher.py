@@ -20,9 +20,10 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from accelify import startup
@@ -32,7 +33,7 @@ from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS, LaunchSet
 from accelify.runtime.launch import foreign_accelerator, leftovers, lifeline, rank_start, slurm
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
-from accelify.runtime.launch.watch import Watcher
+from accelify.runtime.launch.watch import Moment, Watcher
 
 LOOPBACK = "127.0.0.1"
 #: The module every rank starts with (`accelify.runtime.rank_entry`).
@@ -231,8 +232,8 @@ def torchrun_arguments(
             arguments += [flag, str(value)]
     if config.num_machines == 1:
         arguments += ["--local-addr", LOOPBACK]
-    if plan.no_python:
-        return [*arguments, "--no-python", plan.script, *plan.script_args]
+    if plan.no_python:  # the program dies with the launcher, as a Python rank does
+        return [*arguments, "--no-python", *lifeline.command(), plan.script, *plan.script_args]
     # Each rank starts through the runtime's entry, which records its failure and collectives
     # whether or not the script uses accelify's runtime, then runs the script unchanged.
     script = ["-m", plan.script] if plan.module else [plan.script]
@@ -364,8 +365,15 @@ def launch(plan: LaunchPlan) -> int:
             max_restarts=plan.config.max_restarts,
         )
         watcher.start()
+        moments: list[Moment] = []  # the ranks as the first signal that stopped the run came
+
+        def told() -> None:
+            if not moments:
+                moments.append(watcher.halt())
+
         try:
-            torchrun.run(arguments)
+            with _told_of_stops(told):
+                torchrun.run(arguments)
         except DistNetworkError as error:
             if "EADDRINUSE" not in str(error):
                 raise
@@ -376,8 +384,11 @@ def launch(plan: LaunchPlan) -> int:
                 error.failures, Path(records), attempt, watcher.verdict(attempt)
             )
         except SignalException as error:
-            text, code = launch_outcome.stopped(int(error.sigval))
+            if not moments:  # the agent's handler was not ours to wrap (told: halted already)
+                watcher.halt()
+            text, code = launch_outcome.stopped(int(error.sigval), next(iter(moments), None))
         except KeyboardInterrupt:  # before the agent took over SIGINT
+            watcher.halt()
             text, code = launch_outcome.stopped(signal.SIGINT)
         else:
             attempt = watcher.last_attempt() or 0
@@ -420,6 +431,34 @@ def _end_before_any_rank(signum: int, _frame: object) -> None:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
     os._exit(code)
+
+
+@contextlib.contextmanager
+def _told_of_stops(told: Callable[[], object]) -> Iterator[None]:
+    """Have ``told`` called first thing when a signal stops the launcher while the agent runs
+    (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT), before the agent passes it on to any rank: what the
+    ranks were doing then is still in their records (`Watcher.halt`). The agent installs its
+    handler, torch's ``_terminate_process_handler``, by that name from its module as it starts
+    the ranks (and at each restart): for the run, the name holds a handler that tells, then
+    hands on to torch's (which raises the agent's ``SignalException``). A torch without that
+    name: nobody is told, and the run stops as before."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    agents = getattr(api, "_terminate_process_handler", None)
+    if agents is None:
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(Exception):  # the stop itself must happen
+            told()
+        agents(signum, frame)
+
+    api._terminate_process_handler = handler
+    try:
+        yield
+    finally:
+        api._terminate_process_handler = agents
 
 
 @contextlib.contextmanager

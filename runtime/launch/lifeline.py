@@ -11,14 +11,26 @@ template (`rank_template`). The kernel sends the signal when the *thread* that s
 process exits: the launcher starts every process from its main thread, which lives as long as
 the run. The launcher's pid travels in the environment (`LAUNCHER`), which all of them inherit.
 
+A ``--no-python`` rank runs nothing of accelify: the agent starts it through this file,
+``python -I -S lifeline.py PROGRAM ARGS`` (`command`), which asks for the signal and then
+executes the program in its own place (same pid, same streams and environment; the request
+holds across ``exec``). What the program starts in turn is its own to stop, as a Python rank's
+subprocesses are.
+
 Standard library only (the rank client keeps its own copy: it imports nothing of accelify).
 """
 
 from __future__ import annotations
 
+import signal
+
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    # first thing: a Ctrl-C before the program runs ends this process as it would end the
+    # program (SIGINT was at its default as Python started), without a traceback from here
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 import contextlib
 import os
-import signal
 import sys
 
 #: The launcher's pid, set in its environment before it starts any process of the run
@@ -73,3 +85,31 @@ def alive(pid: int) -> bool:
     ):
         return status.read().rpartition(")")[2].split()[0] != "Z"
     return True
+
+
+def command() -> list[str]:
+    """What the agent runs before a ``--no-python`` rank's program and its arguments, so that
+    the program dies with the launcher (`run_tied`); nothing where the kernel has no such
+    request (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return []
+    return [sys.executable, "-I", "-S", os.path.abspath(__file__)]
+
+
+def run_tied(arguments: list[str]) -> None:
+    """Die with the launcher, then become ``PROGRAM ARGS`` as torchrun's agent starts it: found
+    on ``PATH``, with the signals Python ignores as it starts (SIGPIPE, SIGXFSZ) back at their
+    defaults, as ``subprocess`` leaves them for a child it starts."""
+    die_with_the_launcher()
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        os.execvp(arguments[0], arguments)
+    except OSError as error:
+        sys.stderr.write(f"accelify launch: cannot run {arguments[0]}: {error.strerror}\n")
+        os._exit(127)  # as a shell says of a command it cannot run
+
+
+if __name__ == "__main__":
+    run_tied(sys.argv[1:])

@@ -97,19 +97,36 @@ def fresh_reason(
     """Why a rank running ``-m NAME`` must start fresh (None: it may be forked from a template
     that imported torch and torch._dynamo). ``path``: the rank's ``sys.path`` as it starts;
     ``imported``: the packages a fresh rank has imported before it looks NAME up (those of the
-    rank's entry, `rank_template.RANK_ENTRY`), whose files do not run again; ``first``: the
-    folder first on that path (the working directory; None under ``PYTHONSAFEPATH``), where a
-    module named as one of the standard library's would be imported in its place; ``loaded``:
-    what the process that forks has imported (a package of the chain there would not run its
-    ``__init__.py`` again in the fork, nor would the module be new to ``sys.modules``).
+    rank's entry, `rank_template.RANK_ENTRY`), whose files do not run again; ``first``, ``loaded``:
+    as `files_reason`."""
+    files = chain(name, path)
+    if files is None:
+        return f"-m {name}: no module's source file found for it without importing it"
+    return files_reason(f"-m {name}", files, first, imported, loaded)
+
+
+def files_reason(
+    shown: str,
+    files: Sequence[tuple[str, Path | None]],
+    first: str | None,
+    imported: Collection[str] = (),
+    loaded: Collection[str] = (),
+) -> str | None:
+    """Why a rank that runs ``files`` (module name, source file) in that order as it starts must
+    start fresh (None: it may be forked from a template that imported torch and torch._dynamo):
+    the chain of a ``-m`` module (`chain`), or a script alone (`rank_start.fresh_reason`).
+    ``shown``: how the run is named (``-m NAME``, the script); ``first``: the folder first on
+    the rank's path (the script's folder or the working directory; None under
+    ``PYTHONSAFEPATH``), where a module named as one of the standard library's would be
+    imported in its place; ``imported``: modules the rank has imported before, whose files do
+    not run again; ``loaded``: what the process that forks has imported (a package of the chain
+    there would not run its ``__init__.py`` again in the fork, nor would the module be new to
+    ``sys.modules``).
 
     The files run in order; each may hold only its docstring and imports of the standard library
     until one imports torch: then the rest runs after torch, forked or fresh. A package's
     ``__init__.py`` that holds only those (or nothing) passes on to the next file. No file may
     name a variable torch._dynamo reads as it is imported (`forking.READ_AT_DYNAMO_IMPORT`)."""
-    files = chain(name, path)
-    if files is None:
-        return f"-m {name}: no module's source file found for it without importing it"
     torch_imported = False
     for fullname, file in files:
         if fullname in imported:
@@ -134,7 +151,7 @@ def fresh_reason(
             return f"{file} runs a statement of its own before torch is imported"
         torch_imported = opening == forking.TORCH_FIRST
     if not torch_imported:
-        return f"-m {name} does not import torch before any statement of its own"
+        return f"{shown} does not import torch before any statement of its own"
     return None
 
 

@@ -32,8 +32,10 @@ from accelify.runtime.launch.shapes import other_shapes, shapes_words
 from accelify.runtime.launch.watch import (
     AGREED_BREAK,
     Frames,
+    Moment,
     Verdict,
     crash_stack,
+    doing_words,
     guarded_call,
     guarded_words,
     handler_error_words,
@@ -444,10 +446,18 @@ def _left_at(state: Record | None, fallback: float) -> float:
     return state.since if state is not None and state.state == LEAVING else fallback
 
 
-def stopped(signum: int) -> tuple[str, int]:
+def stopped(signum: int, moment: Moment | None = None) -> tuple[str, int]:
     """Ctrl-C or SIGTERM of the launcher: the agent has stopped every rank; exit as a shell
-    does for a process ended by that signal (130 for SIGINT, 143 for SIGTERM)."""
-    return f"{PREFIX} stopped by {_signal_name(signum)}; every rank was stopped", 128 + signum
+    does for a process ended by that signal (130 for SIGINT, 143 for SIGTERM). ``moment``: the
+    ranks' records as the signal came (`Watcher.halt`), before any rank was told: a line for
+    each says what it was doing (a Ctrl-C is often how a run that seems stuck is ended)."""
+    lines = [f"{PREFIX} stopped by {_signal_name(signum)}; every rank was stopped"]
+    if moment is not None:
+        lines += [
+            f"  rank {rank} was {doing_words(record, moment)}"
+            for rank, record in sorted(moment.ranks.items())
+        ]
+    return "\n".join(lines), 128 + signum
 
 
 def stopped_before_any_rank(signum: int) -> tuple[str, int]:

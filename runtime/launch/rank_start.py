@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from accelify.runtime.launch import forking, leftovers, main_module
+from accelify.runtime.launch import leftovers, main_module
 
 #: Set to 1 to start every rank fresh (no template)
 FRESH_RANKS = "ACCELIFY_FRESH_RANKS"
@@ -63,17 +63,9 @@ def fresh_reason(
     if module:
         path, first = main_module.launcher_path(environ)
         return main_module.fresh_reason(script, path, ENTRY_PACKAGES, first)
-    path = Path(script)
-    if not forking.imports_torch_first(path):
-        return f"{script} runs a statement of its own before it imports torch"
-    try:
-        source = path.read_bytes()
-    except OSError:
-        return f"cannot read {script}"
-    named = forking.dynamo_variable_named(source)
-    if named is not None:
-        return f"{script} names {named}*, read as torch._dynamo is imported"
-    return None
+    # `python SCRIPT` runs the script alone, its folder first on the path
+    folder = os.path.dirname(os.path.realpath(script))
+    return main_module.files_reason(script, [("__main__", Path(script))], folder)
 
 
 def rank_environment(environ: Mapping[str, str], processes_per_machine: int) -> dict[str, str]:

@@ -74,6 +74,15 @@ EXIT_WAIT = 10.0
 
 
 @dataclass(frozen=True)
+class Moment:
+    """Each rank's record at one moment (`Watcher.halt`), and which ranks' processes lived."""
+
+    time: float
+    ranks: dict[int, Record]
+    alive: frozenset[int]
+
+
+@dataclass(frozen=True)
 class Verdict:
     """What the watcher found: the report it printed, and the rank it names as the cause (None
     when the ranks are at fault together, as in mismatched collectives)."""
@@ -102,6 +111,11 @@ class Watcher:
         self.poll = poll
         self.verdicts: dict[int, Verdict] = {}  # attempt -> what was found in it
         self._stop = threading.Event()
+        #: set by `halt`: the launcher was stopped by a signal, nothing more is said or done
+        self._halted = threading.Event()
+        #: held to print, and to halt: a report is printed whole before the halt, or not at all
+        #: (reentrant: a second signal may come while the launcher's main thread holds it)
+        self._saying = threading.RLock()
         self._thread = threading.Thread(target=self._run, name="accelify-watch", daemon=True)
 
     def start(self) -> None:
@@ -110,12 +124,38 @@ class Watcher:
     def stop(self) -> None:
         """Stop watching; a restart the watch had not yet seen is announced now, before the
         run's last word: forked ranks can start again and fail within one poll, and the agent
-        returns before the watch sees their attempt (the announcement went missing)."""
+        returns before the watch sees their attempt (the announcement went missing). After
+        `halt` nothing is waited for: the watch says and does nothing more."""
         self._stop.set()
+        if self._halted.is_set():
+            return
         self._thread.join(timeout=5)
         attempt = self.last_attempt()
         if not self._thread.is_alive() and attempt is not None and attempt > self._announced:
             self._announce_restart(attempt)
+
+    def halt(self) -> Moment:
+        """The launcher is stopped by a signal (Ctrl-C, SIGTERM), before any rank is told: each
+        rank's record as it stands, what it was doing then. From here the watch prints nothing
+        and signals no rank. A report it was putting together is dropped, not waited for: asking
+        a busy rank for its stack (up to `STACK_WAIT` for one that was stopped first) and
+        finding a rank test in the script (the analysis imports libcst: seconds on a loaded
+        machine) held a Ctrl-C's end back, and the report was printed after the stop."""
+        with self._saying:
+            self._halted.set()
+            self._stop.set()
+        attempt = self.last_attempt()
+        ranks = {} if attempt is None else read_all(records.attempt_directory(self.root, attempt))
+        alive = frozenset(rank for rank, rec in ranks.items() if _alive(rec.pid))
+        return Moment(time.time(), ranks, alive)
+
+    def _say(self, text: str) -> bool:
+        """Print ``text`` unless the watch was halted; whether it was printed."""
+        with self._saying:
+            if self._halted.is_set():
+                return False
+            print(text, file=self.out, flush=True)
+            return True
 
     def verdict(self, attempt: int) -> Verdict | None:
         return self.verdicts.get(attempt)
@@ -132,8 +172,10 @@ class Watcher:
             verdict = self.inspect(ranks, time.time(), directory)
             if verdict is None:
                 continue
-            self.verdicts[attempt] = verdict
-            print(verdict.text, file=self.out, flush=True)
+            with self._saying:
+                if not self._say(verdict.text):
+                    return  # the launcher was stopped while the report was put together
+                self.verdicts[attempt] = verdict
             records.release(directory)  # a rank waiting for its peers at exit stops waiting
             self._end(verdict, directory)
 
@@ -152,11 +194,9 @@ class Watcher:
             path, _, line = first.where.rpartition(":")
             where = f" at {_shown_path(path)}:{line}" if path and line.isdigit() else ""
             why = f"rank {first.rank} failed first: {first.summary}{where}"
-        print(
+        self._say(
             f"{PREFIX} attempt {previous + 1} of the run ended ({why}); restarting every rank "
-            f"from the start of the script (restart {attempt} of {self.max_restarts})",
-            file=self.out,
-            flush=True,
+            f"from the start of the script (restart {attempt} of {self.max_restarts})"
         )
 
     def last_attempt(self) -> int | None:
@@ -185,12 +225,14 @@ class Watcher:
         stranded = _left_for_good(ranks, in_collective)
         if stranded is not None:
             leaver, waiting = stranded
-            return _left(ranks, waiting, {leaver: ranks[leaver]}, directory)
+            return _left(ranks, waiting, {leaver: ranks[leaver]}, directory, self._halted)
         waiting = {r: rec for r, rec in in_collective.items() if now - rec.since >= self.grace}
         if not waiting:
             return None
         if len({(rec.operation, rec.sequence) for rec in waiting.values()}) > 1:
-            stacks = {r: _stack(directory, r, rec.pid) for r, rec in sorted(waiting.items())}
+            stacks = {
+                r: _stack(directory, r, rec.pid, self._halted) for r, rec in sorted(waiting.items())
+            }
             return _mismatch(ranks, waiting, stacks)
         left = {
             r: rec
@@ -198,13 +240,13 @@ class Watcher:
             if rec.state == LEAVING and now - rec.since >= self.grace
         }
         if left:
-            return _left(ranks, waiting, left, directory)
+            return _left(ranks, waiting, left, directory, self._halted)
         if self.hang_timeout <= 0:
             return None
         stuck = {r: rec for r, rec in waiting.items() if now - rec.since >= self.hang_timeout}
         busy = {r: rec for r, rec in ranks.items() if rec.state == RUNNING and _alive(rec.pid)}
         if stuck and busy:
-            stacks = {r: _stack(directory, r, rec.pid) for r, rec in busy.items()}
+            stacks = {r: _stack(directory, r, rec.pid, self._halted) for r, rec in busy.items()}
             return _hang(stuck, busy, stacks, now, self.hang_timeout)
         return None
 
@@ -273,13 +315,15 @@ def _alive(pid: int) -> bool:
 
 def _terminate(pids: list[int], stopped: threading.Event) -> None:
     for pid in pids:
+        if stopped.is_set():  # the run ended, or the launcher was stopped: the agent stops them
+            return
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         if stopped.wait(POLL):
             return
     for pid in pids:
-        if _alive(pid):
+        if _alive(pid) and not stopped.is_set():
             _signal(pid, signal.SIGKILL)
 
 
@@ -479,6 +523,7 @@ def _left(
     waiting: dict[int, Record],
     left: dict[int, Record],
     directory: Path,
+    stopped: threading.Event | None = None,
 ) -> Verdict:
     leaver, record = min(left.items())
     handler_errors = exit_handler_errors(directory)
@@ -506,7 +551,7 @@ def _left(
     guarded = {
         rank: found
         for rank, rec in sorted(waiting.items())
-        if (found := guarded_call(rec, _stack(directory, rank, rec.pid))) is not None
+        if (found := guarded_call(rec, _stack(directory, rank, rec.pid, stopped))) is not None
     }
     if guarded:
         # the leaver skipped a guarded collective and ran out of script: the guard is the cause
@@ -590,6 +635,22 @@ def _hang(
     return Verdict("\n".join(lines), culprit, "hang")
 
 
+def doing_words(record: Record, moment: Moment) -> str:
+    """What the rank was doing at the moment, said short (a stopped run's line for each rank):
+    ``waiting in gather at train.py:88 (`...`) for 12 s``, ``running``, ``leaving the script``,
+    ``failing with an exception``, or ``no longer running`` (its process was gone)."""
+    if record.rank not in moment.alive:
+        return "no longer running"
+    if record.state == IN_COLLECTIVE:
+        waited = moment.time - record.since
+        return f"waiting in {record.operation} at {place(record)}" + (
+            f" for {waited:.0f} s" if waited >= 1 else ""
+        )
+    if record.state == RUNNING:
+        return "running"
+    return _state_words(record)
+
+
 def _state_words(record: Record) -> str:
     if record.state == LEAVING:
         return f"leaving the script{_in_parentheses_if_counted(record)}"
@@ -603,19 +664,26 @@ def _in_parentheses_if_counted(record: Record) -> str:
 
 
 # --- stacks -------------------------------------------------------------------------------------
-def _stack(directory: Path, rank: int, pid: int) -> list[tuple[str, int, str]]:
+def _stack(
+    directory: Path, rank: int, pid: int, stopped: threading.Event | None = None
+) -> list[tuple[str, int, str]]:
     """The rank's main-thread Python stack, oldest frame first, without accelify's, torch's and
-    the standard library's frames below the user's (faulthandler on `STACK_SIGNAL`)."""
+    the standard library's frames below the user's (faulthandler on `STACK_SIGNAL`); none once
+    ``stopped`` is set (the watch was halted: nobody waits for the report any more)."""
+    stopped = stopped or threading.Event()
     path = records.stack_path(directory, rank)
     try:
         before = path.stat().st_size
     except OSError:
         return []
+    if stopped.is_set():
+        return []
     _signal(pid, STACK_SIGNAL)
     deadline = time.monotonic() + STACK_WAIT
     dump, seen, still = "", before, 0
     while time.monotonic() < deadline:
-        time.sleep(STACK_SETTLED)
+        if stopped.wait(STACK_SETTLED):
+            return []
         try:
             data = path.read_bytes()
         except OSError:
