@@ -2166,3 +2166,93 @@ def test_a_module_function_that_runs_the_model_and_saves_a_file_gets_a_review_li
         (text,) = found
         assert "accelerator.unwrap_model(generator)" in text
         assert "`if accelerator.is_main_process:`" in text
+
+
+_TRAINS_THEN_TESTS = {
+    "train.py": (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def train(epochs):\n"
+        "    x = torch.randn(32, 4)\n"
+        "    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)\n"
+        "    net = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    for _ in range(epochs):\n"
+        "        for xb, yb in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            loss = torch.nn.functional.mse_loss(net(xb), yb)\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        '    torch.save(net.state_dict(), "net.pth")\n'
+    ),
+    "evaluate.py": (
+        "import torch\n\n\n"
+        "def test():\n"
+        "    net = torch.nn.Linear(4, 1)\n"
+        '    net.load_state_dict(torch.load("net.pth"))\n'
+        "    x = torch.randn(16, 4)\n"
+        "    loss = torch.nn.functional.mse_loss(net(x), x.sum(1, keepdim=True))\n"
+        '    print("test loss", loss.item())\n'
+    ),
+    "main.py": "from evaluate import test\nfrom train import train\n\ntrain(2)\ntest()\n",
+}
+
+
+def test_a_driver_is_reviewed_where_it_calls_a_sibling_function_that_prints_and_loads(
+    tmp_path: Path,
+):
+    """HandwrittenDigitRecognition (realconv38): ``train()`` of ``common/train.py`` is
+    converted, then the driver calls ``test()`` of ``common/test.py``, which trains nothing (so
+    is not converted), prints its accuracy and loads the checkpoint train() now saves on the
+    main process only: each line would show once per rank, with nothing said."""
+    for name, code in _TRAINS_THEN_TESTS.items():
+        (tmp_path / name).write_text(code)
+    result = run_accelify("convert", tmp_path)
+    assert_ok(result)
+    review = next(line for line in result.stdout.splitlines() if "main.py:5:" in line)
+    assert "test() (evaluate.py, not converted: it trains nothing) prints on every rank" in review
+    assert "PartialState().wait_for_everyone()" in review
+    without_load = _TRAINS_THEN_TESTS["evaluate.py"].replace(
+        '    net.load_state_dict(torch.load("net.pth"))\n', ""
+    )
+    (tmp_path / "evaluate.py").write_text(without_load)
+    result = run_accelify("convert", tmp_path)
+    review = next(line for line in result.stdout.splitlines() if "main.py:5:" in line)
+    assert "prints on every rank" in review and "wait_for_everyone" not in review
+
+
+def test_a_method_of_a_sibling_class_named_only_in_an_annotation_leaves_the_script_as_it_is(
+    tmp_path: Path,
+):
+    """KDD-NPA (realconv38): ``def train(model: NPAModel, ...)`` trains through
+    ``model.forward_train(...)``, a method of ``model.py``'s class that runs its layers (no
+    ``forward``); the driver builds the model. Through ``unwrap_model`` the gradients would never
+    be averaged, on the wrapper the method does not exist: the script is left as it is, as when
+    this file builds the class itself, not unwrapped with a review line that only guesses."""
+    (tmp_path / "netmod.py").write_text(
+        "import torch.nn as nn\n\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 2)\n\n"
+        "    def forward_train(self, x):\n"
+        "        return self.fc(x)\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\n"
+        "from netmod import Net\n\n\n"
+        "def train(model: Net, loader):\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for xb, yb in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        loss = torch.nn.functional.cross_entropy(model.forward_train(xb), yb)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    result = run_accelify("convert", tmp_path / "train.py")
+    assert_ok(result)
+    assert "unwrap_model(model).forward_train" not in result.stdout
+    assert (
+        "model.forward_train() (defined at netmod.py:9) runs the model's layers outside its "
+        "forward during training" in result.stdout
+    ), result.stdout

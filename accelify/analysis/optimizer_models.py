@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.names import OPTIMIZER_FACTORIES
+from accelify.analysis.names import OPTIMIZER_FACTORIES, is_optimizer_class
 from accelify.analysis.objects import attributes_kept, bound_arguments
 from accelify.analysis.script_model import (
     OPTIMIZER_METHODS,
@@ -300,9 +300,10 @@ def add_models_fed_to_optimizers(model: ScriptModel) -> None:
     fed = {
         name for optimizer in model.of_kind(Kind.OPTIMIZER) for name in parameter_owners(optimizer)
     }
+    fed_here = _fed_to_inline_optimizers(model)
     for name, assign, value in _assignments(model):
         if (
-            name in fed
+            (name in fed or (name, id(model.scope_of(assign))) in fed_here)
             and (name, id(model.scope_of(assign))) not in known
             and not _in_model_class(assign, model)
         ):
@@ -321,6 +322,26 @@ def add_models_fed_to_optimizers(model: ScriptModel) -> None:
                 )
                 known.add((name, id(model.scope_of(assign))))
     _add_kept_parameters(model, known)
+
+
+def _fed_to_inline_optimizers(model: ScriptModel) -> set[tuple[str, int]]:
+    """``train_model(model, loader, optim.Adam(model.parameters(), lr=1e-2))``: an optimizer
+    made in a call's arguments, bound to no name, still trains the model whose parameters it
+    is built from (ERNet's ``__main__``, its model a class of another module): that model is
+    found through it, in the scope of the call (name, id of the scope), so that it is prepared
+    where it is made, not left out while a scheduler over the same optimizer is prepared."""
+    found: set[tuple[str, int]] = set()
+    for call in model.calls:
+        if not isinstance(model.parent(call), cst.Arg):
+            continue
+        if not any(is_optimizer_class(q) for q in model.call_names(call)):
+            continue
+        owners: set[str] = set()
+        for argument in call.args:
+            _params(model, argument.value, owners)
+        scope = id(model.scope_of(call))
+        found |= {(owner, scope) for owner in owners}
+    return found
 
 
 def _add_kept_parameters(model: ScriptModel, known: set[tuple[str, int]]) -> None:

@@ -104,7 +104,7 @@ def convert_source(
         project.imported_state_savers(path, siblings),
         project.imported_loggers(siblings),
         project.imported_object_savers(path, siblings),
-        imported_layer_members=project.imported_layer_members(path, siblings),
+        imported_layer_members=project.imported_layer_members(path, siblings, model),
         imported_printers=project.imported_printers(path, model, siblings),
         imported_file_writers=project.imported_file_writers(path, model, siblings),
     )
@@ -214,6 +214,7 @@ def _converted_together(
     if file == pair.driver:
         converted, changes, reviews, _ = split.driver
         _check_parses(converted, label, data)
+        reviews = [*reviews, *_sibling_prints(label, model, {pair.engine.resolve()})]
         return Conversion(
             label, data, converted, changes, reviews, [] if split.engine_creates else prepared
         )
@@ -362,6 +363,8 @@ def _drives_another_file(
             )
         elif not told:
             reviews.append(Note(model.line(call), _PRINT_ON_EVERY_RANK))
+    if not told:
+        reviews += _sibling_prints(label, model, {e.module.resolve() for e in elsewhere})
     wrapped = {name for e in driven for name in there[e.module].prepared}
     models = {name for e in driven for name in _prepared_models(there[e.module])}
     saved = _saves_once(model, reach, wrapped, models)
@@ -411,6 +414,54 @@ def _drives_another_file(
     rendered = render(converted, data)
     _check_parses(rendered, label, data)
     return Conversion(label, data, rendered, changes=changes, reviews=reviews)
+
+
+def _sibling_prints(label: str, model: ScriptModel, trained_through: set[Path]) -> list[Note]:
+    """``test(model_name="LeNet5", device=device)`` after ``train(...)`` in a driver whose
+    training module is converted: ``test()`` of a sibling module that trains nothing (so it is
+    not converted) prints, and once the launcher runs this file on every rank, each of its
+    lines shows once per process (HandwrittenDigitRecognition's ``common/test.py``). A
+    review line at the call, as for this file's own prints; where it also loads a file
+    (``torch.load``), the one the training module now saves on the main process only may not
+    be written yet when another rank reads it."""
+    notes: list[Note] = []
+    for call, name, function, file, other in project.sibling_calls(label, model):
+        if file.resolve() in trained_through:
+            continue
+        defined = next(
+            (
+                s
+                for s in other.module.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == function
+            ),
+            None,
+        )
+        if defined is None:
+            continue
+        inside = {id(node) for node in walk(defined)}
+        if not any(id(printed) in inside for printed in _builtin_prints(other)):
+            continue
+        loads = any(
+            isinstance(node, cst.Call) and "torch.load" in other.qualified(node.func)
+            for node in walk(defined)
+        )
+        notes.append(
+            Note(
+                model.line(call),
+                f"{name}() ({_relative_to(file, Path(label))}, not converted: it trains nothing) "
+                "prints on every rank "
+                "once the file this one trains through is converted (each line printed once per "
+                "process): print there only where int(os.environ.get('RANK', 0)) == 0"
+                + (
+                    "; it also loads a file the converted module may save on the main process "
+                    "only: have every rank wait (accelify.PartialState().wait_for_everyone()) "
+                    "before this call"
+                    if loads
+                    else ""
+                ),
+            )
+        )
+    return notes
 
 
 def _writes_on_every_rank(

@@ -391,21 +391,52 @@ def _loader_built_and_iterated(module: ScriptModel, cls: cst.ClassDef) -> cst.Ca
     return None
 
 
-def imported_layer_members(path: str | Path, siblings: list[SiblingCall]) -> dict[str, str]:
+def imported_layer_members(
+    path: str | Path, siblings: list[SiblingCall], model: ScriptModel | None = None
+) -> dict[str, str]:
     """Members that run a model's layers (`outside_forward.layer_members`) of the module classes
     this file builds from a module of its own folder (``model = Classifier()`` with
-    ``from litbase import Classifier``), with where each is defined (``litbase.py:33``): a
-    ``module.training_step(batch, i)`` whose body runs ``self(x)`` there bypasses the prepared
-    model's forward wherever this file calls it."""
+    ``from litbase import Classifier``), or names as the type of a parameter (KDD-NPA's
+    ``def train(model: NPAModel, ...)``, the model built by the driver), with where each is
+    defined (``litbase.py:33``): a ``module.training_step(batch, i)`` whose body runs
+    ``self(x)`` there bypasses the prepared model's forward wherever this file calls it."""
     script = Path(path)
     found: dict[str, str] = {}
     seen: set[tuple[Path, str]] = set()
-    for _, _, defined, file, other in siblings:
+    classes = [(defined, file, other) for _, _, defined, file, other in siblings]
+    if model is not None:
+        classes += _annotated_classes(script, model)
+    for defined, file, other in classes:
         if (file, defined) in seen or defined not in other.module_classes:
             continue
         seen.add((file, defined))
         for member, node in layer_members(other, defined).items():
             found.setdefault(member, f"{_relative(file, script)}:{other.line(node)}")
+    return found
+
+
+def _annotated_classes(script: Path, model: ScriptModel) -> list[tuple[str, Path, ScriptModel]]:
+    """The classes of modules of this file's folder that a parameter of its functions is
+    annotated with (``model: NPAModel`` with ``from model import NPAModel``): the class's
+    name there, its module's file and that module's analysis."""
+    found: list[tuple[str, Path, ScriptModel]] = []
+    if not script.is_file():
+        return found
+    for node in walk(model.module):
+        if not isinstance(node, cst.Param) or node.annotation is None:
+            continue
+        name = dotted(node.annotation.annotation)
+        imported = model.imports.resolve(name) if name else None
+        if imported is None or "." not in imported.lstrip("."):
+            continue
+        module_name, _, defined = imported.rpartition(".")
+        file = module_file(script, module_name)
+        if file is None:
+            continue
+        file, defined = defining_module(file, defined)
+        other = _analyzed(file)
+        if other is not None:
+            found.append((defined, file, other))
     return found
 
 

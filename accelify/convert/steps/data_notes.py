@@ -125,6 +125,16 @@ def run(ctx: Context) -> None:
                 "prepared, so every rank trains on all of it (correct, not data-parallel); "
                 "prepare it where it is made and hand the prepared loader in"
             )
+        elif unfollowed := _handed_what_is_not_followed(ctx):
+            name, function, loop_node, value = unfollowed
+            text = (
+                f"the training loop at line {ctx.line(loop_node)} reads {name}, which "
+                f"{function}() is handed {ctx.code(value)} (line {ctx.line(value)}), a value "
+                "the conversion does not follow back to where it is made: if it is a "
+                "DataLoader, it is not prepared, so every rank trains on all of it (correct, "
+                "not data-parallel); bind the loaders to names where they are received "
+                "(train_loader, val_loader = ...) so they are prepared"
+            )
         elif returned := _loader_returned_by_a_method(ctx):
             loop, call, made = returned
             text = (
@@ -1103,6 +1113,35 @@ def _handed_in_from_outside(ctx: Context) -> tuple[str, str, cst.For] | None:
                 graph.callers(method) or graph.uncertain_callers(method)
             ):
                 return loop.iterable, method.name.value, loop.node
+    return None
+
+
+def _handed_what_is_not_followed(
+    ctx: Context,
+) -> tuple[str, str, cst.For, cst.BaseExpression] | None:
+    """The data a training loop reads is a parameter of its function that a call of this file
+    hands an element, an attribute or a call's result (ERNet's ``train_model(model, data[0],
+    data[1], ...)`` after ``data = get_dataloader(8)``): made where the conversion does not
+    look, so whether a DataLoader is behind it is unknown here; the review line must not say
+    the batches come from none. The loop's name, the receiving function's, the loop and the
+    value handed."""
+    placement, flow = ctx.facts.placement, ctx.facts.flow
+    for loop in ctx.model.loops:
+        if not loop.trains or loop.iterable is None:
+            continue
+        function = placement.enclosing_function(loop.node)
+        if function is None or loop.iterable not in {p.name.value for p in function.params.params}:
+            continue
+        iterated = getattr(loop.node, "iter", None)
+        if isinstance(iterated, cst.Call) and dotted(iterated.func) == "range":
+            continue  # ``for step in range(steps)``: a count, not data
+        for call, implicit in flow.calls_of(function):
+            for parameter, argument in bound_arguments(function, call, implicit):
+                value = argument.value
+                if parameter == loop.iterable and isinstance(
+                    value, (cst.Subscript, cst.Attribute, cst.Call)
+                ):
+                    return loop.iterable, function.name.value, loop.node, value
     return None
 
 
