@@ -165,6 +165,9 @@ class Context:
     #: project's other modules is computed with, by the name calls use
     #: (`project.imported_output_members`)
     imported_output_members: dict[str, OutputMembers] = field(default_factory=dict)
+    #: The ids of the ``if`` statements `collective_stops` makes collective, once asked
+    #: (`collective_stops.decided_alike`)
+    collective_stops: set[int] | None = None
     #: Functions of the project's other modules that only show text on the terminal, by the
     #: name calls use, with where each is defined (`project.imported_printers`)
     imported_printers: dict[str, str] = field(default_factory=dict)
