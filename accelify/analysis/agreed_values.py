@@ -518,16 +518,33 @@ class AgreedValues:
         a run share one file system and read the same file, so they find the same answer and
         the same state (``step = ck["step"]``). Not in a loop: there a file one rank writes
         while another looks (a stop file touched by hand, a checkpoint the main process saves)
-        may be seen by one rank a step sooner than by another."""
+        may be seen by one rank a step sooner than by another; nor for a test that decides a
+        save (`_saves_under`)."""
         if not self.model.call_names(call) & _SHARED_FILE_READS:
             return False
         if self.model.index.enclosing_loop(call) is not None or not call.args:
+            return False
+        if self._saves_under(call):
             return False
         return all(
             self._agreed(a.value, function, agreed, depth)
             for a in call.args
             if a.keyword is None or a.keyword.value not in _LOAD_PLACING_KEYWORDS
         )
+
+    def _saves_under(self, call: cst.Call) -> bool:
+        """``if not os.path.exists(path): torch.save(state, path)``: the test decides a write
+        (a name ending in ``save``: ``torch.save``, ``accelerator.save``, ``np.save``); the
+        rank that writes first may change what a slower one finds."""
+        for ancestor in self.model.ancestors(call):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Module)):
+                return False
+            if isinstance(ancestor, (cst.If, cst.IfExp)) and self.model.inside(call, ancestor.test):
+                return any(
+                    isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("save")
+                    for node in walk(ancestor)
+                )
+        return False
 
     def _default_alike(self, function: cst.FunctionDef, parameter: str) -> bool:
         """``parameter`` of ``function`` has a default every rank holds alike (``patience=2``)."""
