@@ -8,6 +8,7 @@ from accelify.analysis.idle_members import (
     class_methods,
     idle_members,
     members_behind_outputs,
+    members_only_dropped,
     requires_grad_writes,
     skipping_test,
     sometimes_idle_members,
@@ -62,15 +63,38 @@ _ACGAN = (
 )
 
 
+_DETACHED = (
+    "from torch import nn\n"
+    + HEADER
+    + "\n\nclass Net(nn.Module):\n"
+    + "    def __init__(self):\n"
+    + "        super().__init__()\n"
+    + "        self.body = nn.Linear(4, 4)\n"
+    + "        self.head = nn.Linear(4, 2)\n"
+    + "\n"
+    + "    def forward(self, x):\n"
+    + "        h = self.body(x)\n"
+    + "        return self.head({kept}), h\n"
+    + "\n\n"
+    + "model = Net()\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "for x, y in loader:\n"
+    + "    out, _ = model(x)\n"
+    + "    accelerator.backward(loss_fn(out, y))\n"
+)
+
+
 class UnusedParametersUnderDdp(Rule):
     """A prepared model whose forward leaves some of its parameters without a gradient in a
     training step: a layer ``__init__`` builds and ``forward`` never calls (or calls only under
     ``torch.no_grad()``), or one it reaches only under a branch that a training call of the
     model skips (``model(x)`` where ``forward(self, x, with_aux=False)`` calls ``self.aux``
     under ``if with_aux:``), or an output a training step drops (``validity, _ =
-    discriminator(x)``) that layers no kept output needs compute. DDP expects a gradient for
-    every parameter that requires one; without ``find_unused_parameters=True`` the second
-    step stops on every rank with
+    discriminator(x)``) that layers no kept output needs compute (a kept output computed
+    through ``.detach()`` needs none of the layers behind it; a dropped output the kept ones
+    are computed from, an RNN's hidden state beside its logits, leaves none idle). DDP
+    expects a gradient for every parameter that requires one; without
+    ``find_unused_parameters=True`` the second step stops on every rank with
     "Expected to have finished reduction in the prior iteration before starting a new one"
     (one process, with no DDP, runs). Reported at the ``prepare`` call, naming the layer and
     the line; not where the file sets ``find_unused_parameters`` (a
@@ -134,8 +158,12 @@ class UnusedParametersUnderDdp(Rule):
             21,
             32,
         ),
+        # the kept output reaches the body only through .detach(): no gradient flows back
+        Example(_DETACHED.replace("{kept}", "h.detach()"), 18, 28),
     )
     good = (
+        # the dropped output (an RNN's hidden state) is made by layers the kept one needs too
+        _DETACHED.replace("{kept}", "h"),
         _ACGAN
         + "    validity, pred_label = discriminator(imgs)\n"
         + "    loss = adversarial_loss(validity, ones) + aux_loss(pred_label, labels)\n"
@@ -304,24 +332,14 @@ def _dropped_outputs(
         if not (isinstance(statement, cst.Assign) and statement.value is call):
             continue
         for target in statement.targets:
-            elements = target.target.elements if isinstance(target.target, cst.Tuple) else None
-            if elements is None or len(elements) != len(behind):
-                continue
-            if any(isinstance(e, cst.StarredElement) for e in elements):
-                continue
-            dropped = [
-                i
-                for i, e in enumerate(elements)
-                if isinstance(e.value, cst.Name) and e.value.value.startswith("_")
-            ]
-            kept = set().union(*(behind[i][0] for i in range(len(behind)) if i not in dropped))
-            idle = sorted(set().union(*(behind[i][0] for i in dropped)) - kept - frozen)
-            if idle:
+            found = members_only_dropped(behind, target.target)
+            idle = [m for m in found[0] if m not in frozen] if found is not None else []
+            if found is not None and idle:
                 members = ", ".join(f"self.{m}" for m in idle)
                 return (
                     f"the training call at line {script.line(call)} drops outputs of "
                     f"{made_by}'s forward that only {members} compute (returned at line "
-                    f"{script.line(behind[dropped[0]][1])}): they get no gradient in that step"
+                    f"{script.line(behind[found[1]][1])}): they get no gradient in that step"
                 )
     return None
 

@@ -386,3 +386,38 @@ def test_a_flag_a_trigger_method_sets_from_a_ranks_own_value_is_not_agreed():
     assert not state.state_agreed("losses")
     assert not state.state_agreed("trigger")
     assert not state.state_agreed("stop")
+
+
+def test_a_checkpoint_every_rank_reads_by_a_shared_path_is_agreed():
+    """A resume before training (trial19): every rank of a run on one file system finds the
+    same file and loads the same state."""
+    agreed = _agreed_at_module(
+        """
+        import os
+        CKPT = "ckpt.pt"
+        step = 0
+        if args.resume and os.path.exists(args.ckpt):
+            state = torch.load(args.ckpt, map_location="cpu")
+            step = state["step"]
+        found = os.path.isfile(CKPT)
+        """
+    )
+    assert {"state", "step", "found"} <= agreed
+
+
+def test_a_file_looked_for_in_a_loop_or_to_decide_a_save_is_not_agreed():
+    """A stop file touched by hand, or a file the first rank to look writes: a slower rank
+    may find what a faster one did not."""
+    agreed = _agreed_at_module(
+        """
+        import os
+        for epoch in range(3):
+            stop = os.path.exists("STOP")
+        made = False
+        if not os.path.exists(args.ckpt):
+            torch.save(model.state_dict(), args.ckpt)
+            made = True
+        """
+    )
+    assert "stop" not in agreed
+    assert "made" not in agreed

@@ -164,3 +164,78 @@ def test_a_while_flag_set_by_a_trigger_method_from_a_training_loss_keeps_its_rev
     conversion = convert_source(source.encode(), "before.py")
     (review,) = [note for note in conversion.reviews if _HANG in note.text]
     assert review.line == 22  # the while, below the one line added above it
+
+
+RESUMED = """
+import argparse
+import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--ckpt", default="ckpt.pt")
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    step = 0
+    if args.resume and os.path.exists(args.ckpt):
+        state = torch.load(args.ckpt, map_location="cpu")
+        model.load_state_dict(state["model"])
+        step = state["step"]
+    while step < args.steps:
+        for x, y in loader:
+            {stop}
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if (step + 1) % 4 == 0:
+                torch.save({"model": model.state_dict(), "step": step + 1}, args.ckpt)
+            step += 1
+    print(step)
+
+
+main()
+"""
+
+
+def _resumed(stop: str) -> tuple[str, str]:
+    source = textwrap.dedent(RESUMED).replace("{stop}", stop)
+    conversion = convert_source(source.encode(), "resumed.py")
+    notes = [note.text for note in (*conversion.changes, *conversion.reviews)]
+    return conversion.converted.decode(), "\n".join(notes)
+
+
+def test_a_step_a_resume_loads_from_the_run_s_checkpoint_path_is_every_rank_s():
+    """``if args.resume and os.path.exists(args.ckpt): step = torch.load(args.ckpt)["step"]``:
+    every rank of a run reads the same file, so ``step`` (and ``if step >= args.steps: break``)
+    is every rank's alike: no trigger (an all-reduce per step), no review line saying a rank
+    may leave alone, and the save gets its barrier (trial19)."""
+    converted, notes = _resumed("if step >= args.steps:\n                break")
+    assert "set_trigger" not in converted and "check_trigger" not in converted
+    assert "may leave alone" not in notes and "computed for itself" not in notes
+    assert "accelerator.wait_for_everyone()" in converted
+
+
+def test_a_stop_file_looked_for_in_the_loop_is_each_rank_s_own():
+    """``if os.path.exists("STOP"): break`` in the loop: a file touched by hand may be seen by
+    one rank a step before another: the stop is made collective."""
+    converted, _ = _resumed('if os.path.exists("STOP"):\n                break')
+    assert "accelerator.set_trigger()" in converted
+
+
+def test_a_save_after_a_stop_the_conversion_makes_collective_gets_its_barrier():
+    """``if loss.item() < 0.01: break`` on this rank's loss becomes set_trigger/check_trigger:
+    every rank then leaves at the same step, so the save after it is reached by every rank and
+    the summary must not say a rank may leave alone there."""
+    stop = "if torch.nn.functional.mse_loss(model(x), y).item() < 0.01:\n                break"
+    converted, notes = _resumed(stop)
+    assert "accelerator.set_trigger()" in converted
+    assert "may leave alone" not in notes, notes
+    assert "accelerator.wait_for_everyone()" in converted

@@ -25,7 +25,7 @@ from accelify.runtime import collective_record, failure_record
 from accelify.runtime.collective_record import IN_COLLECTIVE, LEAVING, RUNNING, Record
 from accelify.runtime.launch import launcher, outcome, shapes
 from accelify.runtime.launch.rank_guards import RankGuard, rank_guard
-from accelify.runtime.launch.watch import Watcher, parse_stack
+from accelify.runtime.launch.watch import Watcher, guarded_words, parse_stack
 from conftest import FIXTURES, launch, launch_timed, run_accelify, run_in_own_group
 
 FAILURES = FIXTURES / "runtime" / "failures"
@@ -388,6 +388,44 @@ def test_a_call_only_some_ranks_reach_is_named_with_its_guard(tmp_path):
     assert rank_guard(str(tmp_path / "gone.py"), 3) is None
     (tmp_path / "broken.py").write_text("if (:\n")
     assert rank_guard(str(tmp_path / "broken.py"), 1) is None
+
+
+ELSE_GUARDED = """from accelify import Accelerator
+
+accelerator = Accelerator()
+if accelerator.process_index == 1:
+    total = 0
+else:
+    total = accelerator.reduce(
+        1
+    )
+if accelerator.process_index == 1:
+    total = 0
+elif accelerator.is_main_process:
+    total = accelerator.gather(1)
+"""
+
+
+def test_a_collective_in_the_else_of_a_rank_test_is_named_as_the_branch_the_rank_did_not_take(
+    tmp_path,
+):
+    """``if accelerator.process_index == 1: ... else: reduce(...)``: rank 1 took the ``if``,
+    so it did not skip the test's branch: the words say the call runs in its else (trial19's
+    report said "runs under `if ...` which rank 1 skipped"). A call in an ``elif`` that reads
+    the rank itself runs under that ``elif``."""
+    script = tmp_path / "else_guarded.py"
+    script.write_text(ELSE_GUARDED)
+    path = str(script)
+    outer = RankGuard(4, "if accelerator.process_index == 1:", in_else=True)
+    assert rank_guard(path, 7) == rank_guard(path, 9) == outer  # every line of the call
+    words = guarded_words(0, ((path, 7), outer), [1], "left")
+    assert "runs in the else of `if accelerator.process_index == 1:` (" in words, words
+    assert "else_guarded.py:4), which rank 1 took and left;" in words, words
+    inner = rank_guard(path, 13)
+    assert inner == RankGuard(12, "elif accelerator.is_main_process:")
+    words = guarded_words(0, ((path, 13), inner), [1], "went on")
+    assert "runs under `elif accelerator.is_main_process:`" in words, words
+    assert "which rank 1 skipped and went on" in words, words
 
 
 def test_ranks_waiting_in_the_same_collective_are_not_a_mismatch():

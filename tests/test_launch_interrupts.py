@@ -235,7 +235,40 @@ def test_a_launch_stopped_by_a_signal_leaves_nothing_in_the_temporary_folder(
     finally:
         _kill_group(process.pid)
     assert process.returncode == 128 + signum, stderr
-    assert [p.name for p in temporary.iterdir() if p.name.startswith("accelify-")] == []
+    assert [p.name for p in temporary.iterdir() if p.name.startswith(_LEFT_BEHIND)] == []
+
+
+#: What a launch must not leave in the temporary folder: its own folders, and the elastic
+#: agent's log tree (``torchelastic_*``, which the agent makes and never removes)
+_LEFT_BEHIND = ("accelify-", "torchelastic_")
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "code, script",
+    [
+        (0, "from accelify import Accelerator\n\nAccelerator().wait_for_everyone()\n"),
+        (3, "import sys\nfrom accelify import Accelerator\n\nAccelerator()\nsys.exit(3)\n"),
+    ],
+    ids=["success", "failure"],
+)
+def test_a_launch_that_ends_leaves_nothing_in_the_temporary_folder(
+    code: int, script: str, tmp_path: Path
+) -> None:
+    """Every launch left an empty ``torchelastic_*`` tree in $TMPDIR (the agent's log folder,
+    made when no ``--log-dir`` is given): the agent's folder is now the run's own, removed with
+    it whether the run succeeds or fails (and when stopped by a signal: the test above)."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    path = tmp_path / "script.py"
+    path.write_text(script)
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(path)]
+    environment = {**_environment("0"), "TMPDIR": str(temporary)}
+    done = subprocess.run(
+        command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == code, done.stderr
+    assert [p.name for p in temporary.iterdir() if p.name.startswith(_LEFT_BEHIND)] == []
 
 
 def test_a_stop_says_what_each_rank_was_doing_as_it_came(tmp_path: Path) -> None:

@@ -55,6 +55,11 @@ _PURE_MODULES = (
 #: differs between ranks, its values do not.
 _TENSOR_OF = {"torch.tensor", "torch.as_tensor", "torch.LongTensor", "torch.Tensor"}
 _PLACING_KEYWORDS = {"device", "dtype", "requires_grad"}
+#: Reads of a file by its path: every rank of a run on one file system finds the same
+#: (`AgreedValues._shared_file_read`).
+_SHARED_FILE_READS = {"os.path.exists", "os.path.isfile", "os.path.isdir", "torch.load"}
+#: ``torch.load`` keywords that place or check what it reads, not which values it reads.
+_LOAD_PLACING_KEYWORDS = {"map_location", "weights_only", "mmap"}
 #: List methods that put their last argument into the list.
 _LIST_FILLS = {"append", "extend", "insert"}
 #: Methods that change a list or dict in place without a value of their own to follow.
@@ -478,6 +483,8 @@ class AgreedValues:
             )
         if arguments and call.args and self._forward_in_eval_mode(call, function):
             return True
+        if self._shared_file_read(call, function, agreed, depth):
+            return True
         if _size_of_a_data_set(call):
             return True
         if isinstance(func, cst.Name) and func.value in _PURE_BUILTINS:
@@ -498,6 +505,46 @@ class AgreedValues:
         return self.returns_agreed(targets[0], depth) or (
             arguments and self.returns_agreed(targets[0], depth, handed=True)
         )
+
+    def _shared_file_read(
+        self,
+        call: cst.Call,
+        function: Scope,
+        agreed: set[str] | frozenset[str],
+        depth: int,
+    ) -> bool:
+        """``os.path.exists(args.ckpt)``, ``torch.load(cfg.ckpt, map_location=device)`` of a
+        path every rank holds alike, outside any loop (a resume before training): the ranks of
+        a run share one file system and read the same file, so they find the same answer and
+        the same state (``step = ck["step"]``). Not in a loop: there a file one rank writes
+        while another looks (a stop file touched by hand, a checkpoint the main process saves)
+        may be seen by one rank a step sooner than by another; nor for a test that decides a
+        save (`_saves_under`)."""
+        if not self.model.call_names(call) & _SHARED_FILE_READS:
+            return False
+        if self.model.index.enclosing_loop(call) is not None or not call.args:
+            return False
+        if self._saves_under(call):
+            return False
+        return all(
+            self._agreed(a.value, function, agreed, depth)
+            for a in call.args
+            if a.keyword is None or a.keyword.value not in _LOAD_PLACING_KEYWORDS
+        )
+
+    def _saves_under(self, call: cst.Call) -> bool:
+        """``if not os.path.exists(path): torch.save(state, path)``: the test decides a write
+        (a name ending in ``save``: ``torch.save``, ``accelerator.save``, ``np.save``); the
+        rank that writes first may change what a slower one finds."""
+        for ancestor in self.model.ancestors(call):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Module)):
+                return False
+            if isinstance(ancestor, (cst.If, cst.IfExp)) and self.model.inside(call, ancestor.test):
+                return any(
+                    isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("save")
+                    for node in walk(ancestor)
+                )
+        return False
 
     def _default_alike(self, function: cst.FunctionDef, parameter: str) -> bool:
         """``parameter`` of ``function`` has a default every rank holds alike (``patience=2``)."""

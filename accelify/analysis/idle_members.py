@@ -384,14 +384,21 @@ def skipping_test(
     return None
 
 
-def members_behind_outputs(
-    model: ScriptModel, class_name: str
-) -> list[tuple[frozenset[str], cst.CSTNode]] | None:
+#: What `members_behind_outputs` tells of a forward: per returned element, the parameter members
+#: a gradient of that element reaches, with the element; None where the forward cannot be read.
+OutputMembers = list[tuple[frozenset[str], cst.CSTNode]] | None
+
+
+def members_behind_outputs(model: ScriptModel, class_name: str) -> OutputMembers:
     """For a forward that returns one tuple (``return validity, label``), the parameter members
-    each element is computed with, followed through the forward's own local names (``label =
-    self.aux_layer(out)``, ``out = self.conv(img)``); None for any other forward. A caller
-    that drops an element (``validity, _ = discriminator(x)``) leaves the members only that
-    element needed without a gradient in its step."""
+    a gradient of each element reaches, followed through the forward's own local names
+    (``label = self.aux_layer(out)``, ``out = self.conv(img)``) but not through ``.detach()``
+    or ``.data`` (``self.proj(h.detach())`` sends nothing back to what made ``h``); None for
+    any other forward, and for one that rebinds a local name to a value that does not read it
+    (``out = self.aux(x)``, later ``out = self.main(x)``): which of the two a returned name
+    holds is not read here. A caller that drops an element (``validity, _ = discriminator(x)``)
+    leaves the members only that element needed without a gradient in its step
+    (`members_only_dropped`)."""
     methods = class_methods(model, class_name)
     init, forward = methods.get("__init__"), methods.get("forward")
     if init is None or forward is None:
@@ -405,6 +412,7 @@ def members_behind_outputs(
     parameters = set(_parameter_members(model, init))
     me = self_parameter(forward)
     assigned: dict[str, list[cst.BaseExpression]] = {}
+    rebound: set[str] = set()
     for node in walk(forward.body):
         if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and node.value is not None:
             targets = (
@@ -412,11 +420,16 @@ def members_behind_outputs(
             )
             for target in targets:
                 for name in target_names(target):
+                    chained = isinstance(node, cst.AugAssign) or _reads(node.value, name)
+                    if name in assigned and not chained:
+                        rebound.add(name)
                     assigned.setdefault(name, []).append(node.value)
+    if rebound:
+        return None  # ``out`` rebound to another value: which one is returned is not read
 
     def members(expression: cst.CSTNode, seen: set[str]) -> set[str]:
         found: set[str] = set()
-        for node in walk(expression):
+        for node in _with_gradient(expression):
             if isinstance(node, cst.Attribute) and dotted(node.value) == me:
                 found.add(node.attr.value)
             elif isinstance(node, cst.Name) and node.value in assigned and node.value not in seen:
@@ -431,3 +444,50 @@ def members_behind_outputs(
     return [
         (frozenset(found & parameters), e.value) for found, e in zip(reached, elements, strict=True)
     ]
+
+
+def members_only_dropped(
+    behind: OutputMembers, target: cst.BaseAssignTargetExpression
+) -> tuple[list[str], int] | None:
+    """The parameter members that only the outputs a call drops compute (``validity, _ =
+    discriminator(x)``: the ``_`` elements), sorted, with the position of the first dropped
+    output; an empty list where every member a dropped output needs is needed by a kept one
+    too (``logits, _ = model(x)`` of ``return self.head(out), h``, ``out, h = self.rnn(...)``:
+    the GRU gets its gradient through ``logits``). None where it cannot be told: the forward is
+    not read (`members_behind_outputs`), the call unpacks into a starred target or another
+    number of names. The linter reports only a non-empty answer (ACC310); the conversion tells
+    DDP to expect parameters without gradients for any answer but an empty one."""
+    if behind is None or not isinstance(target, (cst.Tuple, cst.List)):
+        return None
+    elements = target.elements
+    if len(elements) != len(behind) or any(isinstance(e, cst.StarredElement) for e in elements):
+        return None
+    dropped = [
+        i
+        for i, e in enumerate(elements)
+        if isinstance(e.value, cst.Name) and e.value.value.startswith("_")
+    ]
+    if not dropped:
+        return [], -1
+    kept = set().union(*(behind[i][0] for i in range(len(behind)) if i not in dropped))
+    only = sorted(set().union(*(behind[i][0] for i in dropped)) - kept)
+    return only, dropped[0]
+
+
+def _reads(value: cst.CSTNode, name: str) -> bool:
+    """``value`` reads the local ``name`` (``x = self.layer(x)``: a chain, not a rebinding)."""
+    return any(isinstance(n, cst.Name) and n.value == name for n in walk(value))
+
+
+def _with_gradient(expression: cst.CSTNode) -> list[cst.CSTNode]:
+    """The nodes of ``expression`` a gradient of its value flows back to: all but what sits
+    under ``.detach()`` or ``.data``."""
+    found: list[cst.CSTNode] = []
+    pending = [expression]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Attribute) and node.attr.value in ("detach", "data"):
+            continue
+        found.append(node)
+        pending.extend(node.children)
+    return found

@@ -15,6 +15,7 @@ import libcst as cst
 
 from accelify.analysis import collectives, side_effects
 from accelify.analysis.facts import facts_of
+from accelify.analysis.idle_members import OutputMembers, members_behind_outputs
 from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
 from accelify.analysis.names import DATALOADERS, MODULE_API, TORCH_SAVE
@@ -437,6 +438,19 @@ def _annotated_classes(script: Path, model: ScriptModel) -> list[tuple[str, Path
         other = _analyzed(file)
         if other is not None:
             found.append((defined, file, other))
+    return found
+
+
+def imported_output_members(siblings: list[SiblingCall]) -> dict[str, OutputMembers]:
+    """For the model classes this file builds from a module of its own folder (``model =
+    CharGRU(...)`` with ``from model import CharGRU``), by the name calls use, what each output
+    their forward returns is computed with (`idle_members.members_behind_outputs`): a training
+    call that drops one (``logits, _ = model(x)``) leaves without a gradient only the layers no
+    kept output needs."""
+    found: dict[str, OutputMembers] = {}
+    for _, name, defined, _, other in siblings:
+        if name not in found and defined in other.module_classes:
+            found[name] = members_behind_outputs(other, defined)
     return found
 
 

@@ -359,6 +359,11 @@ def launch(plan: LaunchPlan) -> int:
         stack.enter_context(_the_launcher_of_what_starts_now())
         client = stack.enter_context(_rank_start(plan, processes))
         arguments = torchrun.parse_args(torchrun_arguments(plan, processes, port, client))
+        if arguments.log_dir is None:
+            # the agent's own folder (each rank's error file) inside this run's, which goes
+            # with it however the run ends: left to the agent, an empty ``torchelastic_*``
+            # tree stays in the temporary folder after every launch
+            arguments.log_dir = os.path.join(records, "agent")
         watcher = Watcher(
             Path(records),
             hang_timeout=plan.config.hang_timeout,

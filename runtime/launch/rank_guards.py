@@ -16,12 +16,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from accelify.analysis.script_model import ScriptModel
 
 
 @dataclass(frozen=True)
 class RankGuard:
     line: int  # the guard's own line: the ``if``, the decorator, the early ``return``
     text: str  # that line as written, stripped
+    #: the call sits in the ``else:`` (or an ``elif``) of that ``if``: the ranks the test holds
+    #: for take the ``if`` and skip the call, not the other way round
+    in_else: bool = False
 
 
 def rank_guard(path: str, line: int) -> RankGuard | None:
@@ -56,7 +65,18 @@ def _guards(path: str) -> dict[int, RankGuard]:
         shown = guard.decorators[0] if isinstance(guard, cst.FunctionDef) else guard
         guard_line = positions[shown].start.line
         text = lines[guard_line - 1].strip() if guard_line <= len(lines) else ""
+        in_else = isinstance(guard, cst.If) and _in_else(model, call, guard)
         span = positions[call]
         for number in range(span.start.line, span.end.line + 1):
-            found.setdefault(number, RankGuard(guard_line, text))
+            found.setdefault(number, RankGuard(guard_line, text, in_else))
     return found
+
+
+def _in_else(model: ScriptModel, call: cst.CSTNode, guard: cst.If) -> bool:
+    """``call`` sits in ``guard``'s ``else:``/``elif`` arm rather than in its body."""
+    child = call
+    for ancestor in model.ancestors(call):
+        if ancestor is guard:
+            return child is guard.orelse
+        child = ancestor
+    return False

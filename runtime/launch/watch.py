@@ -452,11 +452,12 @@ def guarded_words(
     """The line that names a collective only some ranks reach (`guarded_call`) as the cause."""
     (path, line), guard = found
     named = ", ".join(str(other) for other in others)
+    where, did = ("in the else of", "took") if guard.in_else else ("under", "skipped")
     return (
         f"{PREFIX} rank {rank} went into a collective that only some ranks reach: "
-        f"{source_place(path, line)} runs under `{guard.text}` "
+        f"{source_place(path, line)} runs {where} `{guard.text}` "
         f"({_shown_path(path)}:{guard.line}), which rank{'s' if len(others) > 1 else ''} "
-        f"{named} skipped and {then}; every rank must make the call: take the "
+        f"{named} {did} and {then}; every rank must make the call: take the "
         "collective out of the guard (gather or wait on every rank, then print or save "
         "on the main process only)"
     )

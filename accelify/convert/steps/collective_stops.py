@@ -12,6 +12,7 @@ decides alike (`agreed_values`: a gathered metric, a greedy generation's end tok
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import libcst as cst
@@ -25,29 +26,72 @@ from accelify.edits.collective_rewrites import collective_stop
 
 
 def run(ctx: Context) -> None:
+    for if_node, stop in _per_process_stops(ctx):
+        _make_collective(ctx, if_node, stop)
+    for loop in ctx.model.index.of_type(cst.While):
+        _told_of_a_per_process_condition(ctx, loop)
+    for case in ctx.model.index.of_type(cst.MatchCase):
+        _told_of_a_per_process_case(ctx, case)
+    for if_node, stop in _stops_on_own_shard(ctx):
+        _make_collective(ctx, if_node, stop)
+
+
+def decided_alike(ctx: Context) -> Callable[[cst.If], bool]:
+    """Which branches every rank takes alike once converted: those whose test every rank
+    decides alike (`AgreedValues.branch_agreed`), and the stops this step makes collective
+    (``if step >= limit: break`` on a counter a resume set, ``if loss.item() < 0.01: break``):
+    after ``set_trigger``/``check_trigger`` every rank leaves at the same iteration and runs
+    the stop's body, so a save after it (or in it) is reached by every rank, and the steps that
+    place barriers and gather state (`saving`, `saved_states`) must not say that a rank may
+    leave alone there."""
+    if ctx.collective_stops is None:
+        ctx.collective_stops = {
+            id(if_node)
+            for if_node, stop in [*_per_process_stops(ctx), *_stops_on_own_shard(ctx)]
+            if _branch_around(ctx, if_node, stop) is not False
+        }
+    made = ctx.collective_stops
+    return lambda branch: id(branch) in made or ctx.agreed.branch_agreed(branch)
+
+
+def _per_process_stops(
+    ctx: Context,
+) -> Iterator[tuple[cst.If, cst.Break | cst.Continue | cst.Return]]:
+    """The stops on a test each rank decides for itself (`RankDependence.per_process_stops`)
+    whose leaving the others would wait for. A break leaves the loop whose later collectives
+    the others reach (none in a loop that is each rank's own: a retry, a search over a local
+    list, where a check_trigger would itself be a collective reached a different number of
+    times); a continue or a return matters only where something after it synchronises."""
     reach = ctx.facts.collective_reach
     for if_node, stop in ctx.facts.ranks.per_process_stops():
         if _names_only(ctx, if_node.test) and ctx.agreed.test_agreed(if_node.test, if_node):
             # every rank decides alike (a gathered metric, a greedy token of the prepared model
             # in eval mode): each leaves at the same iteration on its own
             continue
-        _stop_made_collective(ctx, if_node, stop)
-    for loop in ctx.model.index.of_type(cst.While):
-        _told_of_a_per_process_condition(ctx, loop)
-    for case in ctx.model.index.of_type(cst.MatchCase):
-        _told_of_a_per_process_case(ctx, case)
+        if isinstance(stop, cst.Break):
+            loop = ctx.model.index.enclosing_loop(if_node)
+            if loop is not None and reach.where_the_ranks_meet(loop) is not None:
+                yield if_node, stop
+        elif reach.where_the_others_wait_after(if_node, stop):
+            yield if_node, stop
+
+
+def _stops_on_own_shard(
+    ctx: Context,
+) -> Iterator[tuple[cst.If, cst.Break | cst.Continue | cst.Return]]:
+    """``if self.should_stop: break``: an attribute, spelt as every rank's, that a callback
+    sets on a test of this rank's own training loss (ACC420's analysis: `own_stops`)."""
+    reach = ctx.facts.collective_reach
     view = ctx.shard_view()
     for if_node, stop in ctx.facts.ranks.stops():
         if not isinstance(stop, cst.Break) or not ctx.facts.ranks.uniform(if_node.test):
             continue
-        # ``if self.should_stop: break``: an attribute, spelt as every rank's, that a callback
-        # sets on a test of this rank's own training loss (ACC420's analysis: `own_stops`)
         loop = ctx.model.index.enclosing_loop(if_node)
         if not isinstance(loop, cst.For) or reach.where_the_ranks_meet(loop) is None:
             continue
         decided = decided_on_own_shard(ctx.facts, if_node, loop, view)
         if decided is not None and _in_training(ctx, decided.origin):
-            _make_collective(ctx, if_node, stop)
+            yield if_node, stop
 
 
 def _told_of_a_per_process_condition(ctx: Context, loop: cst.While) -> None:
@@ -210,22 +254,6 @@ def _in_training(ctx: Context, origin: cst.CSTNode) -> bool:
     trains = {id(loop.node) for loop in ctx.model.loops if loop.trains}
     loop = origin if isinstance(origin, cst.For) else ctx.model.index.enclosing_loop(origin)
     return loop is not None and id(loop) in trains
-
-
-def _stop_made_collective(
-    ctx: Context, if_node: cst.If, stop: cst.Break | cst.Continue | cst.Return
-) -> None:
-    """A break leaves the loop whose later collectives the others reach (none in a loop that is
-    each rank's own: a retry, a search over a local list, where a check_trigger would itself be
-    a collective reached a different number of times); a continue or a return matters only
-    where something after it synchronises."""
-    reach = ctx.facts.collective_reach
-    if isinstance(stop, cst.Break):
-        loop = ctx.model.index.enclosing_loop(if_node)
-        if loop is not None and reach.where_the_ranks_meet(loop) is not None:
-            _make_collective(ctx, if_node, stop)
-    elif reach.where_the_others_wait_after(if_node, stop):
-        _make_collective(ctx, if_node, stop)
 
 
 _DONE = {

@@ -18,6 +18,7 @@ from accelify.analysis.base_inits import runs_init_of
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.flow import SchedulerStep
+from accelify.analysis.idle_members import OutputMembers
 from accelify.analysis.loss_sources import runs_before
 from accelify.analysis.objects import bound_arguments, returned_local
 from accelify.analysis.own_values import ShardView
@@ -165,6 +166,13 @@ class Context:
     #: Members that run a model's layers of the module classes the script builds from the
     #: project's other modules, with where each is defined (`project.imported_layer_members`)
     imported_layer_members: dict[str, str] = field(default_factory=dict)
+    #: What each returned output of the forward of the model classes the script builds from the
+    #: project's other modules is computed with, by the name calls use
+    #: (`project.imported_output_members`)
+    imported_output_members: dict[str, OutputMembers] = field(default_factory=dict)
+    #: The ids of the ``if`` statements `collective_stops` makes collective, once asked
+    #: (`collective_stops.decided_alike`)
+    collective_stops: set[int] | None = None
     #: Functions of the project's other modules that only show text on the terminal, by the
     #: name calls use, with where each is defined (`project.imported_printers`)
     imported_printers: dict[str, str] = field(default_factory=dict)

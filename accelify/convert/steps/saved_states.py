@@ -22,6 +22,7 @@ import libcst as cst
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
+from accelify.convert.steps import collective_stops
 from accelify.convert.steps.context import Context
 from accelify.edits.rewrites import gathered_state
 
@@ -270,7 +271,7 @@ def _where_ranks_part(
     if ctx.facts.ranks.under_rank_guard(state):
         return "under a rank test", ", before that test"
 
-    decided_alike = ctx.agreed.branch_agreed
+    decided_alike = collective_stops.decided_alike(ctx)
     # a method's calls from other classes too: ``get_state_dict`` is a collective there
     parted = ctx.facts.shared_files.parting_before(state, decided_alike=decided_alike, outside=True)
     if isinstance(parted, cst.ExceptHandler):

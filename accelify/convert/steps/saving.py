@@ -16,7 +16,7 @@ from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
 from accelify.convert import project
 from accelify.convert.saver_modules import saves_guarded
-from accelify.convert.steps import main_process, saved_states
+from accelify.convert.steps import collective_stops, main_process, saved_states
 from accelify.convert.steps.context import Context, star_imported_from_the_project, unwrap
 from accelify.convert.steps.host_inputs import returned_by
 from accelify.edits import rewrites
@@ -43,11 +43,13 @@ def run(ctx: Context) -> None:
             continue  # a per-process path read back: each rank saves its own file
         barriers = []
         unreached = None
-        parted = ctx.facts.shared_files.parting_before(call, decided_alike=ctx.agreed.branch_agreed)
+        parted = ctx.facts.shared_files.parting_before(
+            call, decided_alike=collective_stops.decided_alike(ctx)
+        )
         if not ctx.facts.ranks.under_rank_guard(call) and parted is None:
             barriers = ctx.facts.ranks.barrier_places(line_statement)
             unreached = ctx.facts.shared_files.barrier_unreached(
-                barriers, decided_alike=ctx.agreed.branch_agreed
+                barriers, decided_alike=collective_stops.decided_alike(ctx)
             )
             if unreached is not None:
                 barriers = []
@@ -292,7 +294,7 @@ def _barriers_unreached(ctx: Context, call: cst.Call, line: cst.CSTNode) -> bool
     """A rank may leave before ``call``, or never reach a place its barriers would go (they
     go around the branch the ranks may disagree on, which itself may be reached by some ranks
     only, through a caller under a rank test)."""
-    decided_alike = ctx.agreed.branch_agreed
+    decided_alike = collective_stops.decided_alike(ctx)
     files = ctx.facts.shared_files
     return bool(
         files.parting_before(call, decided_alike=decided_alike)

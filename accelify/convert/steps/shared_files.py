@@ -14,6 +14,7 @@ import libcst as cst
 
 from accelify.analysis import side_effects
 from accelify.analysis.shared_files import CacheBuild, Download, SharedFile
+from accelify.convert.steps import collective_stops
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
 
@@ -225,7 +226,7 @@ def _kept_on_every_rank(ctx: Context, shared: SharedFile) -> None:
         return
     # a test of a metric the conversion gathers (``acc > best``) is decided alike by every rank
     branch = ctx.facts.shared_files.divergent_around(
-        shared.write, decided_alike=ctx.agreed.branch_agreed
+        shared.write, decided_alike=collective_stops.decided_alike(ctx)
     )
     if branch is not None:
         ctx.review_at(

@@ -13,15 +13,18 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.idle_members import (
+    OutputMembers,
     idle_members,
+    members_behind_outputs,
+    members_only_dropped,
     requires_grad_writes,
     sets_every_parameter,
     sometimes_idle_members,
 )
-from accelify.analysis.objects import instance_class, methods_of, received_classes
+from accelify.analysis.objects import instance_class, received_classes
 from accelify.analysis.outside_forward import in_training_step
 from accelify.analysis.script_model import Binding, Kind, Loop
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, strip_self_methods
 from accelify.convert.steps.context import Context
 
 HANDLER = "DistributedDataParallelKwargs"
@@ -199,91 +202,83 @@ def _dropped_outputs(ctx: Context) -> bool:
             and ctx.facts.flow.outer_name(model, call) not in ctx.plan.prepared
         ):
             continue
-        if not _drops_outputs(ctx, call):
+        only = _dropped_members(ctx, call)
+        if only == []:
             continue
         _expect_unused(ctx)
+        why = (
+            f"{model} drops outputs here that only {', '.join(f'self.{m}' for m in only)} compute"
+            if only
+            else f"{model}'s outputs are partly dropped here, and its forward does not show "
+            "which layers only they need"
+        )
         ctx.plan.change(
             ctx.line(call),
-            f"{model}'s outputs are partly dropped here: DDP told to expect parameters "
-            "without gradients (find_unused_parameters=True)",
+            f"{why}: DDP told to expect parameters without gradients (find_unused_parameters=True)",
         )
         return True
     return False
 
 
-def _drops_outputs(ctx: Context, call: cst.Call) -> bool:
-    """``a, _, _ = model(x)`` or ``a, *_ = model(x)`` in a training step (a backward follows in
-    the same function): the dropped heads get no gradient in that step. An evaluation's forward
-    (``_, pred = model(x)`` under ``no_grad``, or in a loop over a loader without a backward)
-    runs no backward, so DDP waits for no gradient there."""
+def _dropped_members(ctx: Context, call: cst.Call) -> list[str] | None:
+    """What ``a, _ = model(x)`` in a training step (a backward follows in the same function)
+    leaves without a gradient: the members only the dropped outputs compute
+    (`idle_members.members_only_dropped`, the question ACC310 asks), an empty list where the
+    kept outputs reach every layer the dropped ones do (``logits, _ = model(x)`` whose
+    ``_`` is a GRU's hidden state) or nothing is dropped, None where the forward cannot be read
+    (a model of a library, a helper's parameter): then DDP must be told, for a parameter that
+    does go without a gradient stops it. An evaluation's forward (``_, pred = model(x)`` under
+    ``no_grad``, or in a loop over a loader without a backward) runs no backward, so DDP waits
+    for no gradient there."""
     parent = ctx.model.parent(call)
     if not isinstance(parent, cst.Assign) or parent.value is not call:
-        return False
+        return []
+    if not any(_drops(target.target) for target in parent.targets):
+        return []
     scope = ctx.model.scope_of(call)
     if not any(ctx.model.scope_of(backward) is scope for backward in ctx.model.backward_calls):
-        return False
+        return []
     if not in_training_step(ctx.model, ctx.facts.placement, call) or any(
         ctx.facts.placement.inside(call, evaluation.loop.node)
         for evaluation in ctx.facts.evaluations
     ):
-        return False
-    returned = _returned_elements(ctx, call)
+        return []
+    behind = _outputs_of(ctx, call)
+    found: set[str] = set()
     for target in parent.targets:
-        if isinstance(target.target, (cst.Tuple, cst.List)):
-            elements = target.target.elements
-            for position, element in enumerate(elements):
-                value = element.value  # ``_`` of an Element, ``*_`` of a StarredElement
-                if not (isinstance(value, cst.Name) and value.value.startswith("_")):
-                    continue
-                starred = isinstance(element, cst.StarredElement)
-                if starred or not _feeds_a_kept_output(returned, position, len(elements)):
-                    return True
-    return False
+        only = members_only_dropped(behind, target.target)
+        if only is None:
+            return None
+        found.update(only[0])
+    return sorted(found)
 
 
-def _returned_elements(ctx: Context, call: cst.Call) -> list[cst.BaseExpression] | None:
-    """What the called model's ``forward`` of this file returns, element by element, where it
-    returns one tuple (``return h, self.proj(h)``); else None."""
+def _drops(target: cst.BaseAssignTargetExpression) -> bool:
+    """``a, _, _`` or ``a, *_``: a target that drops an output."""
+    return isinstance(target, (cst.Tuple, cst.List)) and any(
+        isinstance(element.value, cst.Name) and element.value.value.startswith("_")
+        for element in target.elements  # ``_`` of an Element, ``*_`` of a StarredElement
+    )
+
+
+def _outputs_of(ctx: Context, call: cst.Call) -> OutputMembers:
+    """`members_behind_outputs` of the called model's class: one of this file, or one the
+    file builds from a module of the project (``model = CharGRU(...)`` with ``from model import
+    CharGRU``: `project.imported_output_members`); None for any other."""
     name = dotted(call.func)
-    made = instance_class(ctx.model, name, call) if name is not None else None
-    forward = methods_of(ctx.model, made).get("forward") if made is not None else None
-    if forward is None:
+    if name is None:
         return None
-    returns = [node for node in walk(forward.body) if isinstance(node, cst.Return)]
-    if len(returns) != 1 or not isinstance(returns[0].value, cst.Tuple):
+    made = instance_class(ctx.model, name, call)
+    if made is not None:
+        return members_behind_outputs(ctx.model, made)
+    built = {
+        dotted(core.func)
+        for assign in ctx.model.index.assignments_to(name)
+        if isinstance(core := strip_self_methods(assign.value), cst.Call)
+    }
+    if len(built) != 1:
         return None
-    if any(isinstance(e, cst.StarredElement) for e in returns[0].value.elements):
-        return None
-    return [element.value for element in returns[0].value.elements]
-
-
-def _feeds_a_kept_output(
-    returned: list[cst.BaseExpression] | None, position: int, targets: int
-) -> bool:
-    """The dropped output at ``position`` is a value the kept outputs are computed from
-    (``h`` of ``return h, self.proj(h)``): every layer that made it gets a gradient through
-    them, so dropping it leaves no parameter without one."""
-    if returned is None or len(returned) != targets:
-        return False
-    dropped = returned[position]
-    if not isinstance(dropped, (cst.Name, cst.Attribute)):
-        return False
-    spelled = dotted(dropped)
-    return any(
-        dotted(node) == spelled
-        for index, kept in enumerate(returned)
-        if index != position and not _cut_from_the_graph(kept)
-        for node in walk(kept)
-        if isinstance(node, (cst.Name, cst.Attribute))
-    )
-
-
-def _cut_from_the_graph(value: cst.BaseExpression) -> bool:
-    """``self.proj(h.detach())``, ``h.data``: no gradient flows back through it."""
-    return any(
-        isinstance(node, cst.Attribute) and node.attr.value in ("detach", "data")
-        for node in walk(value)
-    )
+    return ctx.imported_output_members.get(next(iter(built)) or "")
 
 
 def _switched_parameters(ctx: Context) -> bool:
