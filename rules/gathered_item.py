@@ -4,6 +4,7 @@ import libcst as cst
 
 from accelify.analysis.collectives import GATHERING_FUNCTIONS
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import last_binding, runs_before
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_accelerator
@@ -27,7 +28,9 @@ class GatheredItem(Rule):
     The same holds for a list of gathered values made one tensor: ``losses.append(
     accelerator.gather(loss))`` in a loop, then ``torch.tensor(losses)`` converts each element to
     a number (ValueError: only one element tensors can be converted) on more than one process;
-    reported at the ``torch.tensor`` when every append to that list is a gather."""
+    reported at the ``torch.tensor`` when every append to that list is a gather. A name bound
+    to a gather (``step_loss = accelerator.gather(step_loss)``) and read with ``.item()`` below,
+    with no other binding between, is the same bug."""
 
     code = "ACC407"
     name = "gathered-item"
@@ -71,8 +74,31 @@ class GatheredItem(Rule):
             8,
             24,
         ),
+        Example(  # a trainer's logging (lintreal43): the gathered loss bound to a name first
+            "from accelerate import Accelerator\n"
+            "class Trainer:\n"
+            "    def __init__(self):\n"
+            "        self.accelerator = Accelerator(gradient_accumulation_steps=4)\n"
+            "    def train_epoch(self, loader, logger):\n"
+            "        for feature, label in loader:\n"
+            "            with self.accelerator.accumulate(self.model):\n"
+            "                loss = self.loss(self.model(feature), label)\n"
+            "                self.accelerator.backward(loss)\n"
+            "                self.optimizer.step()\n"
+            "                self.optimizer.zero_grad()\n"
+            "            if self.accelerator.sync_gradients:\n"
+            "                step_loss = self.accelerator.gather(loss.detach())\n"
+            "                logger.update(rec_loss=step_loss.item())\n",
+            14,
+            40,
+        ),
     )
     good = (
+        # the gathered name reduced before .item()
+        HEADER
+        + "step_loss = accelerator.gather(loss.detach())\n"
+        + "step_loss = step_loss.mean()\n"
+        + "print(step_loss.item())\n",
         # each gathered value reduced before it is kept, or the list concatenated
         HEADER
         + "import torch\n"
@@ -94,13 +120,24 @@ class GatheredItem(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         for call in calls(script):
             func = call.func
-            if (
-                isinstance(func, cst.Attribute)
-                and func.attr.value == "item"
-                and not call.args
-                and _concatenates_ranks(script, func.value)
-            ):
+            if not isinstance(func, cst.Attribute) or func.attr.value != "item" or call.args:
+                continue
+            if _concatenates_ranks(script, func.value):
                 yield self.finding(script, call)
+                continue
+            gathered = _gathered_binding(script, func.value, call)
+            if gathered is not None:
+                name = func.value.value  # type: ignore[attr-defined]
+                yield self.finding(
+                    script,
+                    call,
+                    message=(
+                        f"Reduce before .item(): {name} holds what accelerator.gather returned "
+                        f"(line {script.line(gathered)}), one value per rank, and .item() of N "
+                        f"values raises RuntimeError on more than one process; use "
+                        f"{name}.mean().item() (a loss) or {name}.sum().item() (a count)"
+                    ),
+                )
         yield from self._tensor_of_gathered(script)
 
     def _tensor_of_gathered(self, script: ScriptModel) -> Iterator[Finding]:
@@ -143,6 +180,30 @@ class GatheredItem(Rule):
                     f"torch.cat({listed.value})"
                 ),
             )
+
+
+def _gathered_binding(
+    script: ScriptModel, node: cst.BaseExpression, at: cst.CSTNode
+) -> cst.CSTNode | None:
+    """The ``step_loss = accelerator.gather(step_loss)`` that ``node`` (a plain name) holds at
+    ``at``: its last binding above ``at`` in the same function, a gather, in a block that also
+    holds ``at`` (a gather in a branch that may not run is not followed)."""
+    if not isinstance(node, cst.Name):
+        return None
+    binding = last_binding(script, node.value, at)
+    if (
+        not isinstance(binding, (cst.Assign, cst.AnnAssign))
+        or binding.value is None
+        or not isinstance(
+            binding.targets[0].target if isinstance(binding, cst.Assign) else binding.target,
+            cst.Name,
+        )
+        or (isinstance(binding, cst.Assign) and len(binding.targets) != 1)
+        or not _concatenates_ranks(script, binding.value)
+        or not runs_before(script, binding, at)
+    ):
+        return None
+    return binding
 
 
 def _concatenates_ranks(script: ScriptModel, node: cst.BaseExpression) -> bool:

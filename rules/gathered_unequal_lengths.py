@@ -83,6 +83,24 @@ _PER_BATCH_HELPER = (
 )
 
 
+#: A text-to-text evaluation (lintreal43, a T5 table-QA eval): the batch's fields unpacked
+#: in one tuple assignment, the generations padded across the processes, the inputs not.
+_UNPACKED = (
+    "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
+    "from transformers import DataCollatorWithPadding\n"
+    "accelerator = Accelerator()\n"
+    "device = accelerator.device\n"
+    "loader = DataLoader(eval_set, batch_size=8, collate_fn=DataCollatorWithPadding(tokenizer))\n"
+    "model, loader = accelerator.prepare(model, loader)\n"
+    "for step, inputs in enumerate(loader):\n"
+    "    ids, targets = inputs['input_ids'].to(device), inputs['labels'].to(device)\n"
+    "    preds = accelerator.unwrap_model(model).generate(input_ids=ids, max_length=256)\n"
+    "    preds = accelerator.pad_across_processes(preds, dim=1, pad_index=tokenizer.pad_token_id)\n"
+    "{padded}"
+    "    preds, ids, targets = accelerator.gather_for_metrics((preds, ids, targets))\n"
+)
+
+
 class GatheredUnequalLengths(Rule):
     """A gather of token sequences whose length differs from rank to rank: the batches of a
     loader whose collator pads each batch to its own longest sequence
@@ -178,8 +196,21 @@ class GatheredUnequalLengths(Rule):
             15,
             27,
         ),
+        # the inputs unpacked from a tuple of the batch's fields, gathered unpadded beside
+        # padded generations
+        Example(_UNPACKED.format(padded=""), 12, 27),
     )
     good = (
+        # ... the inputs padded across the processes too
+        _UNPACKED.format(
+            padded="    ids = accelerator.pad_across_processes(ids, dim=1, "
+            "pad_index=tokenizer.pad_token_id)\n"
+        ),
+        # unpacked from one call's result: its parts are not known
+        _UNPACKED.format(padded="").replace(
+            "inputs['input_ids'].to(device), inputs['labels'].to(device)",
+            "encode_pair(inputs)",
+        ),
         # a sequence classifier's ``(loss, logits)``: one prediction per sample, whatever the
         # batch's sequence length (DataCollatorWithPadding pads no labels)
         _NER.replace("DataCollatorForTokenClassification", "DataCollatorWithPadding").replace(
@@ -449,13 +480,40 @@ def _sequences(
             if value.value in target_names(target):
                 if _pads_across(node.value):
                     return None  # padded first (under a flag too: that run is padded)
-                # unpacked: what each name gets is not followed
-                latest = node.value if isinstance(target, cst.Name) else None
+                # unpacked: followed only from a tuple of as many values, element by element
+                latest = (
+                    node.value
+                    if isinstance(target, cst.Name)
+                    else _paired_value(target, node.value, value.value)
+                )
                 bound = node
     if latest is None:
         return None
     # what it was made from, read above that binding (``preds = preds.flatten()``)
     return _sequences(script, loop, bound, latest, collator, depth + 1, flat)
+
+
+def _paired_value(
+    target: cst.BaseExpression, value: cst.BaseExpression, name: str
+) -> cst.BaseExpression | None:
+    """What ``name`` gets from ``ids, tags = batch["input_ids"].to(d), batch["labels"].to(d)``:
+    the value at its position, where the target and the value are tuples (or lists) of as
+    many plain elements; None for anything unpacked from one value (a call's result, a
+    starred element), whose parts are not known."""
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(
+        value, (cst.Tuple, cst.List)
+    ):
+        return None
+    names = target.elements
+    values = value.elements
+    if len(names) != len(values) or any(
+        isinstance(e, cst.StarredElement) for e in (*names, *values)
+    ):
+        return None
+    for named, given in zip(names, values, strict=True):
+        if isinstance(named.value, cst.Name) and named.value.value == name:
+            return given.value
+    return None
 
 
 def _flattens(call: cst.Call) -> bool:

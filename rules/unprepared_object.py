@@ -118,6 +118,29 @@ _FIXED_ACCUMULATED = (
     "            optimizer.zero_grad()\n"
 )
 
+#: a loop over an endless loader stopped at a fixed count of batches, its scheduler built after
+#: prepare and stepped on every batch inside accumulate()
+_CAPPED_BATCHES = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from transformers import get_scheduler\n"
+    "accelerator = Accelerator(gradient_accumulation_steps=8)\n"
+    "optimizer = torch.optim.AdamW(model.parameters(), lr=7e-6)\n"
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "{total}"
+    "lr_scheduler = get_scheduler(\n"
+    "    'linear', optimizer=optimizer, num_warmup_steps=10,\n"
+    "    num_training_steps=num_training_steps,\n)\n"
+    "for step, batch in enumerate(loader):\n"
+    "    if step >= 10000:\n"
+    "        break\n"
+    "    with accelerator.accumulate(model):\n"
+    "        accelerator.backward(model(batch).mean())\n"
+    "        optimizer.step()\n"
+    "        lr_scheduler.step()\n"
+    "        optimizer.zero_grad()\n"
+)
+
 #: a dict of two DataLoaders, each entry to be prepared on its own
 _TWO_LOADERS = (
     "loaders = {'train': torch.utils.data.DataLoader(data), "
@@ -597,6 +620,9 @@ class UnpreparedObject(Rule):
         # pass): the total follows the batches, so over the unprepared loader every rank brings
         # the whole set and the sum counts it N times
         Example(_RUNNING_TOTAL.format(prepared="model, optimizer, loader"), 15, 17),
+        # ... sized below the loop's 10000 batches: in optimizer steps, and stepped per batch
+        # it reaches its end after 1/gradient_accumulation_steps of the run
+        Example(_CAPPED_BATCHES.format(total="num_training_steps = 1250\n"), 18, 9),
     )
     good = (
         # the running total reduced in the loop over a prepared loader: each rank's shard once
@@ -1207,6 +1233,11 @@ class UnpreparedObject(Rule):
         + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
         + "        optimizer.step()\n"
         + "        lr_scheduler.step()\n",
+        # built after prepare, sized with a number of steps past the loop's fixed count of
+        # batches (a break at step 10000), stepped per batch inside accumulate() like every
+        # counter of the script: the schedule is counted in batches (a Mamba decision
+        # transformer, lintreal43)
+        _CAPPED_BATCHES.format(total="num_training_steps = 12000\n"),
         # the same with transformers' AdamW (an optimizer, not a model) and get_scheduler sized
         # through a name (the Hugging Face course's loop, kept by a GLUE fine-tuning script)
         HEADER
@@ -1429,6 +1460,7 @@ class UnpreparedObject(Rule):
                 elif (
                     not flow.sized_per_process_and_stepped_with_optimizer(call)
                     and not _sized_per_batch_inside_accumulate(script, call, owner)
+                    and not _sized_past_the_batch_cap(script, call, owner)
                     and not _stepped_per_fixed_iteration_with_optimizer(script, call)
                     and not _stepped_over_whole_data(script, call)
                     and not _sized_in_global_batches(script, call, owner)
@@ -1773,6 +1805,86 @@ def _sized_per_batch_inside_accumulate(script: ScriptModel, step: cst.Call, name
             ):
                 return True
     return False
+
+
+#: The keywords that give a scheduler its number of steps.
+_SCHEDULE_LENGTHS = ("T_max", "total_iters", "total_steps", "num_training_steps")
+
+
+def _sized_past_the_batch_cap(script: ScriptModel, step: cst.Call, name: str) -> bool:
+    """Stepped on every batch inside ``accumulate()``, sized with a number of steps
+    (``num_training_steps=12000``) at least the fixed count of batches the loop stepping it
+    runs (``for it in range(10000)``, or ``if step >= 10000: break`` over ``enumerate(loader)``):
+    the schedule is counted in batches, as the loop is, so a step per batch is what its author
+    meant (a Mamba decision-transformer script); stepped per optimizer step it would go through
+    1/gradient_accumulation_steps of it at most. A total below the batch count is in optimizer
+    steps, and stepped per batch it runs past its end: that stays reported."""
+    if _accumulate_around(script, step) is None:
+        return False
+    made = [
+        binding.value
+        for binding in script.of_kind(Kind.SCHEDULER)
+        if binding.name == name and isinstance(binding.value, cst.Call)
+    ]
+    if len(made) != 1:
+        return False
+    lengths = [
+        argument.value
+        for argument in made[0].args
+        if argument.keyword is not None and argument.keyword.value in _SCHEDULE_LENGTHS
+    ]
+    if len(lengths) != 1:
+        return False
+    length = lengths[0]
+    if isinstance(length, cst.Name):  # ``num_training_steps = 12000`` above it
+        bound = last_binding(script, length.value, made[0])
+        length = bound.value if isinstance(bound, cst.Assign) else None
+    if not isinstance(length, cst.Integer):
+        return False
+    loop = next((a for a in script.ancestors(step) if isinstance(a, cst.For)), None)
+    cap = _batch_cap(loop) if loop is not None else None
+    return cap is not None and length.evaluated_value >= cap
+
+
+def _batch_cap(loop: cst.For) -> int | None:
+    """The fixed count of batches ``loop`` runs: ``range(n)``, or ``if i >= n: break`` (``>``,
+    ``==``) at the top of its body, ``i`` its ``enumerate`` counter."""
+    iterable = loop.iter
+    if (
+        isinstance(iterable, cst.Call)
+        and dotted(iterable.func) == "range"
+        and len(iterable.args) == 1
+        and isinstance(iterable.args[0].value, cst.Integer)
+    ):
+        return iterable.args[0].value.evaluated_value
+    target = loop.target
+    if not (
+        isinstance(iterable, cst.Call)
+        and dotted(iterable.func) == "enumerate"
+        and isinstance(target, cst.Tuple)
+        and target.elements
+        and isinstance(target.elements[0].value, cst.Name)
+    ):
+        return None
+    counter = target.elements[0].value.value  # type: ignore[attr-defined]
+    for statement in loop.body.body:  # type: ignore[attr-defined]
+        if not isinstance(statement, cst.If) or not isinstance(statement.test, cst.Comparison):
+            continue
+        test = statement.test
+        body = statement.body.body
+        if len(test.comparisons) != 1 or len(body) != 1:
+            continue
+        compared = test.comparisons[0]
+        if (
+            isinstance(test.left, cst.Name)
+            and test.left.value == counter
+            and isinstance(compared.operator, (cst.GreaterThanEqual, cst.GreaterThan, cst.Equal))
+            and isinstance(compared.comparator, cst.Integer)
+            and isinstance(body[0], cst.SimpleStatementLine)
+            and isinstance(body[0].body[0], cst.Break)
+        ):
+            return compared.comparator.evaluated_value
+    return None
 
 
 def _stepped_per_fixed_iteration_with_optimizer(script: ScriptModel, step: cst.Call) -> bool:
