@@ -100,6 +100,51 @@ def test_an_engine_that_trains_through_a_local_alias_is_converted_with_its_drive
     assert all(a > 0.5 for a in accuracies), two.stdout
 
 
+def test_data_a_sibling_helper_writes_and_returns_is_built_by_the_main_process_first(
+    tmp_path: Path,
+):
+    """``vocab = build_vocab(texts, save_path="out/vocab.pkl")`` of the project's own module,
+    which pickles what it returns: every rank needs the value, and run by every rank at once
+    each would write the file while another is writing it. Converted, the main process builds
+    it first under ``main_process_first()``; a call handed the model is not touched."""
+    project = _copy(tmp_path)
+    (project / "prep.py").write_text(
+        "import os\nimport pickle\n\n\n"
+        "def build_vocab(texts, save_path=None):\n"
+        "    vocab = {w: i for i, w in enumerate(sorted({w for t in texts for w in t.split()}))}\n"
+        "    if save_path:\n"
+        "        os.makedirs(os.path.dirname(save_path), exist_ok=True)\n"
+        "        with open(save_path, 'wb') as f:\n"
+        "            pickle.dump(vocab, f)\n"
+        "    return vocab\n"
+    )
+    train = project / "train.py"
+    driver = train.read_text().replace(
+        "from engine import", "from prep import build_vocab\nfrom engine import"
+    )
+    driver = driver.replace(
+        "    model = nn.Linear(4, 2)\n",
+        '    texts = ["a b", "b c"]\n'
+        '    vocab = build_vocab(texts, save_path="out/vocab.pkl")\n'
+        "    model = nn.Linear(4 + 0 * len(vocab), 2)\n",
+    )
+    train.write_text(driver)
+    original = run_python(train, cwd=project)
+    assert_ok(original)
+    result = run_accelify("convert", project, "--write")
+    assert_ok(result)
+    converted = train.read_text()
+    assert (
+        "    with accelerator.main_process_first():\n"
+        '        vocab = build_vocab(texts, save_path="out/vocab.pkl")\n'
+    ) in converted
+    assert converted.index("accelerator = Accelerator()") < converted.index("main_process_first")
+    assert "train.py:16: build_vocab(...) writes a file" in result.stdout
+    one = run_python(train, cwd=project)
+    assert_ok(one)
+    assert one.stdout == original.stdout
+
+
 def test_a_script_of_a_scripts_folder_converts_with_the_package_beside_it(tmp_path: Path):
     """``scripts/train.py`` imports ``src.engine``, a package beside ``scripts/`` (run as
     ``python -m scripts.train`` from the root): ``accelify convert .`` at the root finds the
