@@ -2903,7 +2903,16 @@ def _imported_from_elsewhere(ctx: Context, call: cst.Call) -> bool:
 
 
 #: Modules whose functions read a loader without evaluating a model over it.
-_LIBRARIES = {"torch", "builtins", "itertools", "tqdm", "numpy", "accelerate", "accelify"}
+_LIBRARIES = {
+    "torch",
+    "builtins",
+    "functools",
+    "itertools",
+    "tqdm",
+    "numpy",
+    "accelerate",
+    "accelify",
+}
 
 
 def _iterated_by_hand(ctx: Context) -> dict[str, cst.Call]:
