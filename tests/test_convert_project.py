@@ -49,6 +49,102 @@ def test_a_directory_converts_the_driver_and_its_engine_together(tmp_path: Path)
     assert "engine.py:10: loss.backward() -> accelerator.backward(loss)" in result.stdout
 
 
+_FIT_THROUGH_AN_ALIAS = """
+
+def fit(model, train_loader, val_loader, optimizer, criterion, epochs):
+    step = train_one_epoch
+    for epoch in range(epochs):
+        loss = step(model, train_loader, optimizer, criterion)
+        acc = evaluate(model, val_loader)
+        print(f"epoch {epoch} loss {loss:.4f} acc {acc:.4f}")
+"""
+
+
+def test_an_engine_that_trains_through_a_local_alias_is_converted_with_its_driver(
+    tmp_path: Path,
+):
+    """``step = train_one_epoch`` then ``step(...)`` in the engine's ``fit()``, called at the
+    driver's top level: the alias is followed (its calls are the function's callers), so both
+    files are converted and each call hands the accelerator on. It was converted alone before,
+    an ``Accelerator()`` inside ``train_one_epoch`` and nothing prepared."""
+    project = _copy(tmp_path)
+    engine = project / "engine.py"
+    engine.write_text(engine.read_text() + _FIT_THROUGH_AN_ALIAS)
+    driver = (PROJECT / "train.py").read_text()
+    body = driver.split("def main():\n")[1].split("    for epoch")[0]
+    top = "\n".join(line.removeprefix("    ") for line in body.splitlines())
+    head = driver.split("def main():")[0].replace("evaluate, train_one_epoch", "fit")
+    (project / "train.py").write_text(
+        f"{head}{top}\nfit(model, train_loader, val_loader, optimizer, criterion, 2)\n"
+    )
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    result = run_accelify("convert", project, "--write")
+    assert_ok(result)
+    converted = engine.read_text()
+    assert "def train_one_epoch(model, loader, optimizer, criterion, accelerator):" in converted
+    assert "step(model, train_loader, optimizer, criterion, accelerator=accelerator)" in converted
+    assert "accelerator.gather_for_metrics((outputs, y))" in converted
+    assert "Accelerator()" not in converted
+    train = (project / "train.py").read_text()
+    assert "model, optimizer, train_loader, val_loader = accelerator.prepare(" in train
+    assert "fit(model, train_loader, val_loader, optimizer, criterion, 2, accelerator=" in train
+    one = run_python(project / "train.py", cwd=project)
+    assert_ok(one)
+    assert one.stdout == original.stdout
+    two = launch(project / "train.py", cwd=project)
+    assert_ok(two)
+    # gathered, the 64 samples all count; one rank's 32 over len(dataset) would be <= 0.5
+    accuracies = [float(a) for a in re.findall(r"acc (\d\.\d+)", two.stdout)]
+    assert len(accuracies) == 2
+    assert all(a > 0.5 for a in accuracies), two.stdout
+
+
+def test_data_a_sibling_helper_writes_and_returns_is_built_by_the_main_process_first(
+    tmp_path: Path,
+):
+    """``vocab = build_vocab(texts, save_path="out/vocab.pkl")`` of the project's own module,
+    which pickles what it returns: every rank needs the value, and run by every rank at once
+    each would write the file while another is writing it. Converted, the main process builds
+    it first under ``main_process_first()``; a call handed the model is not touched."""
+    project = _copy(tmp_path)
+    (project / "prep.py").write_text(
+        "import os\nimport pickle\n\n\n"
+        "def build_vocab(texts, save_path=None):\n"
+        "    vocab = {w: i for i, w in enumerate(sorted({w for t in texts for w in t.split()}))}\n"
+        "    if save_path:\n"
+        "        os.makedirs(os.path.dirname(save_path), exist_ok=True)\n"
+        "        with open(save_path, 'wb') as f:\n"
+        "            pickle.dump(vocab, f)\n"
+        "    return vocab\n"
+    )
+    train = project / "train.py"
+    driver = train.read_text().replace(
+        "from engine import", "from prep import build_vocab\nfrom engine import"
+    )
+    driver = driver.replace(
+        "    model = nn.Linear(4, 2)\n",
+        '    texts = ["a b", "b c"]\n'
+        '    vocab = build_vocab(texts, save_path="out/vocab.pkl")\n'
+        "    model = nn.Linear(4 + 0 * len(vocab), 2)\n",
+    )
+    train.write_text(driver)
+    original = run_python(train, cwd=project)
+    assert_ok(original)
+    result = run_accelify("convert", project, "--write")
+    assert_ok(result)
+    converted = train.read_text()
+    assert (
+        "    with accelerator.main_process_first():\n"
+        '        vocab = build_vocab(texts, save_path="out/vocab.pkl")\n'
+    ) in converted
+    assert converted.index("accelerator = Accelerator()") < converted.index("main_process_first")
+    assert "train.py:16: build_vocab(...) writes a file" in result.stdout
+    one = run_python(train, cwd=project)
+    assert_ok(one)
+    assert one.stdout == original.stdout
+
+
 def test_a_script_of_a_scripts_folder_converts_with_the_package_beside_it(tmp_path: Path):
     """``scripts/train.py`` imports ``src.engine``, a package beside ``scripts/`` (run as
     ``python -m scripts.train`` from the root): ``accelify convert .`` at the root finds the

@@ -213,6 +213,8 @@ class CallGraph:
                     continue
                 if isinstance(parent, (cst.ImportAlias, cst.Param)):
                     continue
+                if self._called_alias(node, function):
+                    continue  # ``step = train_one_epoch``: each ``step(...)`` is a caller
                 local = self._local_def(name, node)
                 if local is function or (
                     local is None
@@ -331,6 +333,9 @@ class CallGraph:
             closure = self._returned_closure(func.value, call)
             if closure is not None:  # ``train_step = make_train_step(model, opt)``
                 return _Resolution([closure], 0)
+            aliased = self._aliased_function(func.value, call)
+            if aliased is not None:  # ``step = train_one_epoch`` then ``step(model, ...)``
+                return _Resolution([aliased], 0)
             if self._shadowed(func.value, call):
                 # ``def fit(step): step()``: the parameter, not the module's step
                 return _Resolution([], 0)
@@ -1122,6 +1127,67 @@ class CallGraph:
         if len(returned) != 1:
             return None
         return returned.pop()
+
+    def _aliased_function(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
+        """The module-level function of this file that ``name`` is a local alias of, where
+        ``name`` is bound once, in the function around ``at`` and by nothing else there, to
+        that function's plain name: ``step = train_one_epoch`` then ``step(model, loader)``
+        runs ``train_one_epoch`` (its backward trains the loop that calls it, and its
+        parameters receive what the call hands over)."""
+        function = self.index.enclosing_function(at)
+        if function is None:
+            return None
+        bindings = [
+            node
+            for node in self._binding_nodes()
+            if self.index.enclosing_function(node) is function
+            and name in self._names_bound_by(node)
+        ]
+        if len(bindings) != 1 or type(bindings[0]) is not cst.AssignTarget:
+            return None
+        assign = self.model.parent(bindings[0])
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return None
+        if not isinstance(assign.targets[0].target, cst.Name):
+            return None
+        value = assign.value
+        if not isinstance(value, cst.Name) or self._shadowed(value.value, assign):
+            return None
+        return self.model.functions.get(value.value)
+
+    def _called_alias(self, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+        """``node`` is the value of ``step = train_one_epoch``, an alias `_aliased_function`
+        resolves to ``function``, and the function around it reads ``step`` only to call it:
+        those calls are ``function``'s callers, and nothing else receives it."""
+        assign = self.model.parent(node)
+        if not isinstance(assign, cst.Assign) or assign.value is not node:
+            return False
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+            return False
+        alias = assign.targets[0].target
+        around = self.index.enclosing_function(assign)
+        reads = [
+            read
+            for read in self.index.names_spelled(alias.value)
+            if read is not alias and self.index.enclosing_function(read) is around
+        ]
+        if not reads:
+            return False
+        for read in reads:
+            call = self.model.parent(read)
+            if not (isinstance(call, cst.Call) and call.func is read):
+                return False
+            if self._aliased_function(alias.value, call) is not function:
+                return False
+        return True
+
+    def _names_bound_by(self, node: cst.CSTNode) -> set[str]:
+        """The names one of `_binding_nodes` binds."""
+        if type(node) is cst.Param:
+            return {node.name.value}  # type: ignore[attr-defined]
+        if type(node) is cst.AsName:
+            return target_names(node.name)  # type: ignore[attr-defined]
+        return target_names(node.target)  # type: ignore[attr-defined]
 
     def _shadowed(self, name: str, at: cst.CSTNode) -> bool:
         """``name`` at ``at`` is a variable of a function, lambda or comprehension around it,

@@ -384,6 +384,17 @@ def _keep_evaluated_loaders_whole(
             f"prepare it and gather the predictions and labels inside {function}() with "
             f"{ctx.a('gather_for_metrics')}",
         )
+    for name, (site, how) in _handed_where_not_followed(ctx, chosen).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.plan.review(
+            ctx.line(site),
+            f"{name} is handed on through {how}, which the conversion does not follow to the "
+            f"loop that reads it: no gather could be written there, so {name} is left "
+            "unprepared and every rank evaluates all of it (correct, not sharded); call the "
+            "function directly with the loader to shard it and gather its evaluation",
+        )
+        _leave_loops_handed_whole(ctx, chosen, created, site, name)
     for name, loop in _read_where_written(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, loop.node)
         ctx.plan.change(
@@ -2796,6 +2807,93 @@ def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[
     return found
 
 
+#: Builtins and functools helpers that call a function they are handed on what they hold, later.
+_INDIRECT_CALLERS = {"map", "filter", "partial", "starmap", "partialmethod", "reduce"}
+
+
+def _handed_where_not_followed(
+    ctx: Context, chosen: dict[str, Kind]
+) -> dict[str, tuple[cst.CSTNode, str]]:
+    """Loaders of ``chosen`` that no loop the conversion follows reads and no training loop
+    reads, handed on through an indirection the analysis cannot follow to its consumer:
+    ``map(functools.partial(evaluate, model), [val_loader])``, a lambda that closes over it
+    (``{"val": lambda: evaluate(model, val_loader)}``), an argument of ``partial``/``map``.
+    The loop that reads it (``evaluate``'s) has no known origin, so it is never gathered: a
+    prepared loader would be evaluated on one rank's shard, its metric that shard's, silently.
+    By name, with the place it is handed on and how."""
+    model, flow = ctx.model, ctx.facts.flow
+    read = {name for loop in model.loops for name in _loader_origins(ctx, loop)}
+    read |= set(_iterated_by_hand(ctx)) | set(_comprehension_evaluations(ctx))
+    candidates = {
+        n for n, kind in chosen.items() if kind is Kind.DATALOADER and n not in read
+    } - _trained_loaders(ctx)
+    found: dict[str, tuple[cst.CSTNode, str]] = {}
+    if not candidates:
+        return found
+    for node in ctx.facts.placement.all_nodes():
+        if not isinstance(node, cst.Name) or not is_name_read(model, node, node.value):
+            continue
+        if flow.kind_of(node.value, node) is not Kind.DATALOADER:
+            continue
+        origins = {o for o in flow.origins(node.value, node) if o in candidates} - set(found)
+        if not origins:
+            continue
+        escape = _indirection_around(ctx, node)
+        if escape is not None:
+            found.update(dict.fromkeys(sorted(origins), escape))
+    return found
+
+
+def _leave_loops_handed_whole(
+    ctx: Context, chosen: dict[str, Kind], created: dict[str, int], site: cst.CSTNode, name: str
+) -> None:
+    """The functions of the file ``site`` hands on or calls (``evaluate`` of
+    ``partial(evaluate, model)``) run their evaluation loops on ``name``, which stays whole: no
+    gather may be written in those loops (the whole set would be counted once per rank), so
+    every other loader that reaches them stays whole too, with a review line at its loop."""
+    functions: list[cst.FunctionDef] = []
+    for node in walk(site):
+        if isinstance(node, cst.Call):
+            functions += ctx.facts.calls.targets(node)
+        elif isinstance(node, (cst.Name, cst.Attribute)):
+            found = _function_named(ctx, node, site)
+            if found is not None:
+                functions.append(found)
+    trained = _trained_loaders(ctx)
+    placement = ctx.facts.placement
+    for loop in ctx.model.loops:
+        if loop.trains or not any(placement.inside(loop.node, f) for f in functions):
+            continue
+        ctx.left_whole.add(id(loop.node))
+        for other in sorted(_loader_origins(ctx, loop) - trained):
+            if chosen.get(other) is not Kind.DATALOADER:
+                continue
+            _leave_whole(ctx, chosen, created, other, loop.node)
+            ctx.plan.review(
+                ctx.line(loop.node),
+                f"{other} is evaluated by this loop, which also runs on {name}, a loader left "
+                f"unprepared (line {ctx.line(site)}): no gather fits a loop that reads a whole "
+                f"loader, so {other} is left unprepared too and every rank evaluates all of it "
+                "(correct, not sharded)",
+            )
+
+
+def _indirection_around(ctx: Context, node: cst.CSTNode) -> tuple[cst.CSTNode, str] | None:
+    """The lambda or ``partial``/``map``-like call ``node`` is read inside (its nearest, within
+    the statement), with how to name it; None when there is none."""
+    current: cst.CSTNode | None = ctx.model.parent(node)
+    while current is not None and not isinstance(current, cst.BaseStatement):
+        if isinstance(current, cst.Lambda):
+            return current, "a lambda"
+        if isinstance(current, cst.Call):
+            names = ctx.model.qualified(current.func) | {dotted(current.func) or ""}
+            short = {n.rsplit(".", 1)[-1] for n in names}
+            if short & _INDIRECT_CALLERS:
+                return current, f"{ctx.code(current.func)}()"
+        current = ctx.model.parent(current)
+    return None
+
+
 def _stored_into_a_dict_entry(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.Assign]:
     """Loaders of ``chosen`` no training loop reads that are stored into a dict entry after the
     dict was made (``kwargs["test_batcher"] = test_batcher`` before ``test(kwargs)``), by name,
@@ -2841,7 +2939,16 @@ def _imported_from_elsewhere(ctx: Context, call: cst.Call) -> bool:
 
 
 #: Modules whose functions read a loader without evaluating a model over it.
-_LIBRARIES = {"torch", "builtins", "itertools", "tqdm", "numpy", "accelerate", "accelify"}
+_LIBRARIES = {
+    "torch",
+    "builtins",
+    "functools",
+    "itertools",
+    "tqdm",
+    "numpy",
+    "accelerate",
+    "accelify",
+}
 
 
 def _iterated_by_hand(ctx: Context) -> dict[str, cst.Call]:

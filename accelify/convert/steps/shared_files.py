@@ -14,6 +14,7 @@ import libcst as cst
 
 from accelify.analysis import side_effects
 from accelify.analysis.shared_files import CacheBuild, Download, SharedFile
+from accelify.analysis.syntax import dotted
 from accelify.convert.steps import collective_stops
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
@@ -37,6 +38,66 @@ def run(ctx: Context) -> None:
         _main_process_builds_first(ctx, cache)
     for deleted in ctx.facts.shared_files.deleted_after_read:
         _barrier_before_deletion(ctx, deleted)
+    for statement, call, where in _data_built_by_project_helpers(ctx):
+        _built_by_the_main_process_first(ctx, statement, call, where)
+
+
+def _data_built_by_project_helpers(
+    ctx: Context,
+) -> list[tuple[cst.SimpleStatementLine, cst.Call, str]]:
+    """``vocab = build_vocab(train_dataset, df, save_path="outputs/vocab.pkl")``: a statement
+    that keeps what a function of the project's other module returns, where that function also
+    writes a file (`project.imported_file_writers`). Every rank needs the value, so the call
+    cannot move to the main process; run by every rank at once, each writes the same file
+    while another may be writing it (two truncations and dumps interleaved, a reader seeing
+    half of it). Only calls handed plain values (names, constants, their members: nothing
+    that runs the model, trains or meets the other ranks), where every rank gets."""
+    found: list[tuple[cst.SimpleStatementLine, cst.Call, str]] = []
+    flow = ctx.facts.flow
+    for line in ctx.model.index.of_type(cst.SimpleStatementLine):
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            continue
+        assign = line.body[0]
+        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+            continue
+        call = assign.value
+        where = ctx.imported_file_writers.get(dotted(call.func) or "")
+        if where is None or ctx.facts.calls.targets(call):
+            continue
+        values = [argument.value for argument in call.args]
+        if not all(_plain(value) for value in values):
+            continue
+        if any(flow.kind_of(dotted(value), call) is not None for value in values):
+            continue  # handed a model, loader, optimizer...: not data preparation
+        if ctx.facts.ranks.under_rank_guard(call) or side_effects.per_rank_path(ctx.model, call):
+            continue
+        if ctx.facts.shared_files.divergent_around(line) is not None:
+            continue
+        found.append((line, call, where))
+    return found
+
+
+def _plain(value: cst.BaseExpression) -> bool:
+    """A name, a constant or a member of one: computing it runs nothing."""
+    if isinstance(value, (cst.Name, cst.Attribute)):
+        return dotted(value) is not None
+    return isinstance(value, (cst.SimpleString, cst.Integer, cst.Float, cst.ConcatenatedString))
+
+
+def _built_by_the_main_process_first(
+    ctx: Context, statement: cst.SimpleStatementLine, call: cst.Call, where: str
+) -> None:
+    what = f"{ctx.code(call.func)}(...)"
+    ctx.plan.wrap_in(
+        statement,
+        ctx.a("main_process_first()"),
+        ctx.line(statement),
+        f"{what} writes a file ({where}) and returns what every rank needs: in `with "
+        f"{ctx.a('main_process_first()')}:` the main process runs it first, then the others, "
+        "and no rank leaves the block before every rank has written it (none reads it half "
+        "written)",
+    )
+    ctx.need(statement)
 
 
 def _barrier_before_deletion(ctx: Context, shared: SharedFile) -> None:
