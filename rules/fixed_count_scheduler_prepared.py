@@ -78,6 +78,11 @@ _MODULE_TRAINER = (
     "def main(model, trainset, config):\n"
     "    DDPM(model, config).train(trainset, Accelerator())\n"
 )
+#: the script's scheduler prepared under another name
+_RENAMED = _SCRIPT.replace(
+    "model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)",
+    "model, optimizer, warm = accelerator.prepare(model, optimizer, scheduler)",
+)
 _LOOP = (
     "for it in range(max_iters):\n"
     "    xb, yb = get_batch('train')\n"
@@ -136,6 +141,8 @@ class FixedCountSchedulerPrepared(Rule):
     )
     bad = (
         Example(_SCRIPT + _LOOP, 7, 69),
+        # prepared under another name, stepped by that name: the same scheduler
+        Example(_RENAMED + _LOOP.replace("scheduler.step()", "warm.step()"), 7, 64),
         # the loop's bound is the schedule's own length: whatever a caller passes, every rank
         # runs that many steps and the prepared schedule counts N per step
         Example(_STEPS_TRAINER.format(length="num_train_steps"), 13, 31),
@@ -367,6 +374,9 @@ class FixedCountSchedulerPrepared(Rule):
         Example(_MODULE_TRAINER.format(length="self.config.train_steps"), 14, 49),
     )
     good = (
+        # the renamed one sized for the num_processes steps each call takes
+        _RENAMED.replace("T_max=max_iters", "T_max=max_iters * accelerator.num_processes")
+        + _LOOP.replace("scheduler.step()", "warm.step()"),
         # the same trainer, its schedule sized for the num_processes steps each call takes
         _MODULE_TRAINER.format(length="self.config.train_steps * accelerator.num_processes"),
         # the schedule sized with another value than the loop's bound, handed by a caller the
