@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.script_model import PrepareCall, ScriptModel
-from accelify.analysis.syntax import all_params
+from accelify.analysis.syntax import all_params, assigned_targets, dotted
 
 
 @dataclass(frozen=True)
@@ -104,3 +104,64 @@ def _shadowed(script: ScriptModel, name: str, at: cst.CSTNode, bound_in: cst.CST
             return True
         function = script.index.enclosing_function(function)
     return False
+
+
+def made_like_a_prepared_input(script: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
+    """``test_loader`` of ``test_data, test_loader = self._get_data(flag="test")`` where another
+    call of the same function in the file binds, at the same position, a name that a
+    ``prepare`` of its function is handed (``train_loader`` of ``self._get_data(flag="train")``):
+    the function makes objects ``prepare`` takes (a time-series Exp's loaders from a data
+    factory of another module), and this one is not prepared. That name; None otherwise, or
+    where ``name`` is bound more than once in the function around ``at``."""
+    function = script.index.enclosing_function(at)
+    binds = [
+        b
+        for b in (*script.index.assignments_to(name), *script.index.unpacked_assignments_to(name))
+        if script.index.enclosing_function(b) is function
+    ]
+    if len(binds) != 1 or not isinstance(binds[0].value, cst.Call):
+        return None
+    made = binds[0]
+    maker = dotted(made.value.func)  # type: ignore[union-attr]
+    position = _position(made, name)
+    if maker is None or position is None:
+        return None
+    for other in script.assignments:
+        if other is made or not isinstance(other.value, cst.Call):
+            continue
+        if dotted(other.value.func) != maker:
+            continue
+        twin = _at_position(other, position)
+        where = script.index.enclosing_function(other)
+        if twin and any(
+            twin in prepare.inputs
+            and script.index.enclosing_function(prepare.call) is where
+            and script.order(prepare.call) > script.order(other)
+            for prepare in script.prepare_calls
+        ):
+            return twin
+    return None
+
+
+def _position(assign: cst.CSTNode, name: str) -> int | None:
+    """Where ``name`` is among the one target's elements (-1: the whole target)."""
+    targets = assigned_targets(assign)
+    if len(targets) != 1:
+        return None
+    target = targets[0]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        spelled = [dotted(e.value) for e in target.elements]
+        return spelled.index(name) if spelled.count(name) == 1 else None
+    return -1 if dotted(target) == name else None
+
+
+def _at_position(assign: cst.CSTNode, position: int) -> str | None:
+    targets = assigned_targets(assign)
+    if len(targets) != 1:
+        return None
+    target = targets[0]
+    if position == -1:
+        return None if isinstance(target, (cst.Tuple, cst.List)) else dotted(target)
+    if not isinstance(target, (cst.Tuple, cst.List)) or position >= len(target.elements):
+        return None
+    return dotted(target.elements[position].value)
