@@ -51,6 +51,38 @@ _STEPS_TRAINER = (
     "        while self.steps < self.num_train_steps:\n"
     "            self.train_step()\n"
 )
+#: a DDPM trainer that subclasses ``nn.Module``, handed the accelerator by its caller: its
+#: scheduler kept on the instance, prepared on its own, stepped in ``train_step()`` that a
+#: ``while`` loop counting the instance's steps calls; {length} sizes the schedule
+_MODULE_TRAINER = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from diffusers.optimization import get_scheduler\n\n\n"
+    "class DDPM(torch.nn.Module):\n"
+    "    def train(self, trainset, accelerator: Accelerator):\n"
+    "        self.optimizer = torch.optim.AdamW(self.model.parameters())\n"
+    "        self.lr_scheduler = get_scheduler(\n"
+    "            'cosine', optimizer=self.optimizer, num_training_steps={length}\n"
+    "        )\n"
+    "        self.model, self.optimizer = accelerator.prepare(self.model, self.optimizer)\n"
+    "        trainset = accelerator.prepare(trainset)\n"
+    "        self.lr_scheduler = accelerator.prepare(self.lr_scheduler)\n"
+    "        while self.global_step < self.config.train_steps:\n"
+    "            self.train_step(next(iter(trainset)), accelerator=accelerator)\n"
+    "            self.global_step += 1\n\n"
+    "    def train_step(self, batch, accelerator):\n"
+    "        accelerator.backward(self.model(batch['input']).mean())\n"
+    "        self.optimizer.step()\n"
+    "        self.lr_scheduler.step()\n"
+    "        self.optimizer.zero_grad()\n\n\n"
+    "def main(model, trainset, config):\n"
+    "    DDPM(model, config).train(trainset, Accelerator())\n"
+)
+#: the script's scheduler prepared under another name
+_RENAMED = _SCRIPT.replace(
+    "model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)",
+    "model, optimizer, warm = accelerator.prepare(model, optimizer, scheduler)",
+)
 _LOOP = (
     "for it in range(max_iters):\n"
     "    xb, yb = get_batch('train')\n"
@@ -109,6 +141,8 @@ class FixedCountSchedulerPrepared(Rule):
     )
     bad = (
         Example(_SCRIPT + _LOOP, 7, 69),
+        # prepared under another name, stepped by that name: the same scheduler
+        Example(_RENAMED + _LOOP.replace("scheduler.step()", "warm.step()"), 7, 64),
         # the loop's bound is the schedule's own length: whatever a caller passes, every rank
         # runs that many steps and the prepared schedule counts N per step
         Example(_STEPS_TRAINER.format(length="num_train_steps"), 13, 31),
@@ -335,8 +369,16 @@ class FixedCountSchedulerPrepared(Rule):
             7,
             77,
         ),
+        # an ``nn.Module`` trainer handed the accelerator, the step in a method a fixed-count
+        # ``while`` loop calls (lintreal42's DDPM: on 2 ranks the cosine is done halfway)
+        Example(_MODULE_TRAINER.format(length="self.config.train_steps"), 14, 49),
     )
     good = (
+        # the renamed one sized for the num_processes steps each call takes
+        _RENAMED.replace("T_max=max_iters", "T_max=max_iters * accelerator.num_processes")
+        + _LOOP.replace("scheduler.step()", "warm.step()"),
+        # the same trainer, its schedule sized for the num_processes steps each call takes
+        _MODULE_TRAINER.format(length="self.config.train_steps * accelerator.num_processes"),
         # the schedule sized with another value than the loop's bound, handed by a caller the
         # file does not show: the bound may be this rank's share and the length the whole
         _STEPS_TRAINER.format(length="decay_steps"),

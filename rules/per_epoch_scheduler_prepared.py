@@ -65,6 +65,16 @@ class PerEpochSchedulerPrepared(Rule):
         "N times faster."
     )
     bad = (
+        Example(  # prepared under another name, stepped by that name: the same scheduler
+            _SCRIPT
+            + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+            + "model, optimizer, loader, decay = accelerator.prepare(\n"
+            + "    model, optimizer, loader, scheduler\n)\n"
+            + _EPOCHS
+            + "    decay.step()\n",
+            7,
+            31,
+        ),
         Example(  # a foundation-model trainer's scheduler, built by the project's helper
             _SCRIPT
             + "from project.optim import get_scheduler\n"
@@ -186,6 +196,14 @@ class PerEpochSchedulerPrepared(Rule):
         ),
     )
     good = (
+        # the renamed one sized for the num_processes steps each call takes
+        _SCRIPT
+        + "scheduler = torch.optim.lr_scheduler.StepLR(\n"
+        + "    optimizer, step_size=30 * accelerator.num_processes\n)\n"
+        + "model, optimizer, loader, decay = accelerator.prepare(\n"
+        + "    model, optimizer, loader, scheduler\n)\n"
+        + _EPOCHS
+        + "    decay.step()\n",
         # every prepared scheduler steps once per call
         _SCRIPT.replace("Accelerator()", "Accelerator(step_scheduler_with_optimizer=False)")
         + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"

@@ -3,8 +3,10 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.flow import SchedulerStep
 from accelify.analysis.objects import is_plateau_scheduler
 from accelify.analysis.own_values import OwnValues
+from accelify.analysis.prepare_outputs import renamed_from
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import argument_value, dotted, has_parameter
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
@@ -401,10 +403,8 @@ class PlateauMetricPerRank(Rule):
         stepped = [
             step.call
             for step in flow.scheduler_steps(schedulers)
-            if step.scheduler is not None and is_plateau_scheduler(script, step.scheduler)
+            if step.scheduler is not None and _plateau(script, step)
         ]
-        seen = {id(call) for call in stepped}
-        stepped += [call for call in _renamed_plateau_steps(script) if id(call) not in seen]
         for call in stepped:
             metric = _metric(call)
             if metric is None:
@@ -415,24 +415,18 @@ class PlateauMetricPerRank(Rule):
             yield self.finding(script, call, message=_message(self, script, call, origin))
 
 
-def _renamed_plateau_steps(script: ScriptModel) -> list[cst.Call]:
-    """``plateau.step(...)`` on what ``prepare`` returned for a ``ReduceLROnPlateau`` under
-    another name: ``model, opt, plateau = accelerator.prepare(model, opt, scheduler)``, or a
-    trainer's ``self.lr_scheduler`` prepared straight from its constructor's ``lr_scheduler``
-    (every construction in the file hands it one). The prepared scheduler is the same
-    scheduler, stepped on the same metric. Only where that ``prepare`` is the name's one
-    binding in the file (in its function, for a plain name; in its class, for ``self.x``)."""
-    found: list[cst.Call] = []
-    for prepare in script.prepare_calls:
-        for given, output in zip(prepare.inputs, prepare.outputs, strict=False):
-            if not given or not output or given == output:
-                continue
-            if not _plateau_handed(script, given, prepare.call):
-                continue
-            if not _bound_only_by(script, output, prepare.call):
-                continue
-            found += _steps_of(script, output, prepare.call)
-    return found
+def _plateau(script: ScriptModel, step: SchedulerStep) -> bool:
+    """The scheduler ``step`` steps is a ``ReduceLROnPlateau``; where ``prepare`` returned it
+    under another name (``model, opt, plateau = accelerator.prepare(model, opt, scheduler)``,
+    or a trainer's ``self.lr_scheduler`` prepared straight from its constructor's
+    ``lr_scheduler``: `prepare_outputs`), what it was handed is one."""
+    if is_plateau_scheduler(script, step.scheduler):  # type: ignore[arg-type]
+        return True
+    owner = dotted(step.call.func.value)  # type: ignore[attr-defined]
+    return any(
+        _plateau_handed(script, renamed.source, renamed.prepare.call)
+        for renamed in renamed_from(script, owner, step.call)
+    )
 
 
 def _plateau_handed(script: ScriptModel, name: str, at: cst.Call) -> bool:
@@ -449,33 +443,6 @@ def _plateau_handed(script: ScriptModel, name: str, at: cst.Call) -> bool:
         isinstance(a.value, cst.Name) and is_plateau_scheduler(script, a.value.value)
         for a in passed
     )
-
-
-def _bound_only_by(script: ScriptModel, name: str, prepare: cst.Call) -> bool:
-    """The ``prepare`` at ``prepare`` is the only statement of the file binding ``name``."""
-    binds = [*script.index.assignments_to(name), *script.index.unpacked_assignments_to(name)]
-    return bool(binds) and all(b.value is prepare for b in binds)
-
-
-def _steps_of(script: ScriptModel, name: str, prepare: cst.Call) -> list[cst.Call]:
-    """``name.step(...)`` where ``name`` holds what ``prepare`` returned: below it in its own
-    scope, or, for ``self.x``, in any method of the same class."""
-    holder = script.index.enclosing_class(prepare) if name.startswith("self.") else None
-    if name.startswith("self.") and holder is None:
-        return []
-    scope, here = script.scope_of(prepare), script.order(prepare)
-    return [
-        call
-        for call in script.calls
-        if isinstance(call.func, cst.Attribute)
-        and call.func.attr.value == "step"
-        and dotted(call.func.value) == name
-        and (
-            script.index.enclosing_class(call) is holder
-            if holder is not None
-            else script.scope_of(call) is scope and script.order(call) > here
-        )
-    ]
 
 
 def _metric(call: cst.Call) -> cst.BaseExpression | None:

@@ -101,6 +101,10 @@ _RECORD_RUN = (
     "train(accelerator, prepare_run(accelerator, model, dataloader))\n"
 )
 
+#: the same scheduler, prepared under another name and stepped by it
+_RENAMED = _SIZED.replace("scheduler = accelerator.prepare", "warm = accelerator.prepare")
+_RENAMED_LOOP = _LOOP.replace("scheduler.step()", "warm.step()")
+
 
 class SchedulerSizedPerRank(Rule):
     """A scheduler sized with ``len()`` of a DataLoader that ``prepare`` already sharded, then
@@ -145,6 +149,8 @@ class SchedulerSizedPerRank(Rule):
     )
     bad = (
         Example(_HEAD + _SIZED.format(steps="len(loader) * 3") + _LOOP, 9, 33),
+        # prepared under another name, stepped by that name: the same scheduler
+        Example(_HEAD + _RENAMED.format(steps="len(loader) * 3") + _RENAMED_LOOP, 9, 28),
         # a talking-head trainer: a factory sizes it with the prepared loader it is handed
         Example(
             "import torch\n"
@@ -220,6 +226,10 @@ class SchedulerSizedPerRank(Rule):
         ),
     )
     good = (
+        # the renamed one sized in all ranks' steps
+        _HEAD
+        + _RENAMED.format(steps="len(loader) * 3 * accelerator.num_processes")
+        + _RENAMED_LOOP,
         # the record's scheduler sized in all ranks' steps
         _RECORD_RUN.replace(
             "get_linear_schedule_with_warmup(optimizer, 10, total_steps)",

@@ -10,6 +10,7 @@ from accelify.analysis.flow import SchedulerStep, accumulate_context, once_per_o
 from accelify.analysis.loops import entry_read
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import is_loader_dict
+from accelify.analysis.prepare_outputs import made_like_a_prepared_input
 from accelify.analysis.process_count import process_count
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
 from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
@@ -82,6 +83,52 @@ _RUNNING_TOTAL = (
     + "print(seen.item())\n"
 )
 
+#: A time-series Exp (lintreal42): its loaders come from a data factory of another module;
+#: train() prepares the training one, test() gathers outputs over the test one, unprepared.
+_FACTORY_LOADERS = (
+    "import numpy as np\n"
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "\n"
+    "from data_provider.data_factory import data_provider\n"
+    "\n"
+    "\n"
+    "class Exp:\n"
+    "    def __init__(self, args, model):\n"
+    "        self.args = args\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model = model\n"
+    "\n"
+    "    def _get_data(self, flag):\n"
+    "        data_set, data_loader = data_provider(self.args, flag)\n"
+    "        return data_set, data_loader\n"
+    "\n"
+    "    def train(self):\n"
+    '        train_data, train_loader = self._get_data(flag="train")\n'
+    "        optimizer = torch.optim.Adam(self.model.parameters())\n"
+    "        self.model, train_loader, optimizer = self.accelerator.prepare(\n"
+    "            self.model, train_loader, optimizer\n"
+    "        )\n"
+    "        for batch_x, batch_y in train_loader:\n"
+    "            loss = ((self.model(batch_x) - batch_y) ** 2).mean()\n"
+    "            self.accelerator.backward(loss)\n"
+    "            optimizer.step()\n"
+    "            optimizer.zero_grad()\n"
+    "\n"
+    "    def test(self):\n"
+    '        test_data, test_loader = self._get_data(flag="test")\n'
+    "        preds, trues = [], []\n"
+    "        self.model.eval()\n"
+    "        with torch.no_grad():\n"
+    "            for batch_x, batch_y in test_loader:\n"
+    "                outputs = self.model(batch_x)\n"
+    "                outputs = self.accelerator.gather_for_metrics(outputs)\n"
+    "                preds.append(outputs.cpu().numpy())\n"
+    "                trues.append(batch_y.cpu().numpy())\n"
+    "        preds = np.concatenate(preds)\n"
+    "        trues = np.concatenate(trues)\n"
+    "        return float(((preds - trues) ** 2).mean())\n"
+)
 #: An evaluation whose loader is never prepared, ``no_grad`` opened inside the loop (HF's
 #: examples): every rank iterates the whole set and the gather joins N copies of it.
 _GATHERED_EVALUATION = (
@@ -347,6 +394,8 @@ class UnpreparedObject(Rule):
     bad = (
         # the gather of an evaluation over an unprepared loader: N copies of every sample
         Example(_GATHERED_EVALUATION.format(data="eval_set"), 15, 13),
+        # the test loader made by the call that made the prepared training loader
+        Example(_FACTORY_LOADERS, 35, 37),
         # a trainer whose constructor sizes the scheduler (in a method written below it) from
         # the loader before preparing the loader: the whole dataset's steps, stepped per rank;
         # a plateau scheduler of another configuration steps once per epoch
@@ -625,6 +674,23 @@ class UnpreparedObject(Rule):
         Example(_CAPPED_BATCHES.format(total="num_training_steps = 1250\n"), 18, 9),
     )
     good = (
+        # ... prepared before the evaluation gathers over it, the labels gathered beside
+        _FACTORY_LOADERS.replace(
+            "        preds, trues = [], []\n",
+            "        test_loader = self.accelerator.prepare(test_loader)\n"
+            "        preds, trues = [], []\n",
+        ).replace(
+            "outputs = self.accelerator.gather_for_metrics(outputs)",
+            "outputs, batch_y = self.accelerator.gather_for_metrics((outputs, batch_y))",
+        ),
+        # ... none of the factory's loaders prepared: nothing says it makes loaders
+        _FACTORY_LOADERS.replace(
+            "self.model, train_loader, optimizer = self.accelerator.prepare(",
+            "self.model, optimizer = self.accelerator.prepare(",
+        ).replace(
+            "            self.model, train_loader, optimizer\n",
+            "            self.model, optimizer\n",
+        ),
         # the running total reduced in the loop over a prepared loader: each rank's shard once
         _RUNNING_TOTAL.format(prepared="model, optimizer, loader, eval_loader"),
         # a base trainer's constructor reads its loader whole before the subclass prepares it
@@ -1361,7 +1427,7 @@ class UnpreparedObject(Rule):
                 continue  # the phases it only evaluates are whole on every rank: right
             passed_in = bool(facts_of(script).flow.call_site_arguments(source, loop.node))
             if (
-                source in dataloaders
+                (source in dataloaders or _gathered_like_a_prepared_loader(script, loop, gather))
                 and source not in prepared
                 and entry_read(script.module, loop.node.iter) not in prepared
                 and not passed_in  # its callers' arguments are judged at the call
@@ -1656,6 +1722,18 @@ def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
 
 #: The collectives that join every rank's values into one longer result.
 _GATHERS = frozenset({"gather", "gather_for_metrics"})
+
+
+def _gathered_like_a_prepared_loader(
+    script: ScriptModel, loop: Loop, gather: cst.Call | None
+) -> bool:
+    """An evaluation gathering its batches' outputs over a loader of no known kind made by the
+    same call as one the file prepares (``test_loader`` of ``self._get_data(flag="test")``,
+    ``train_loader`` of ``self._get_data(flag="train")`` prepared in ``train()``): a loader,
+    left unsharded."""
+    if gather is None or loop.iterable is None:
+        return False
+    return made_like_a_prepared_input(script, loop.iterable, loop.node) is not None
 
 
 def _gather_of_its_batches(script: ScriptModel, loop: Loop) -> cst.Call | None:

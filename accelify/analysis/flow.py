@@ -22,6 +22,7 @@ from accelify.analysis.objects import bound_arguments, callee, returned_entry, r
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.prepare_order import handed_before_prepare
+from accelify.analysis.prepare_outputs import renamed_from
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
 from accelify.analysis.syntax import (
     all_params,
@@ -244,12 +245,29 @@ class ObjectFlow:
         if not found and self._iterated_loaders(name, at):
             found.add(Kind.DATALOADER)
         if not found and (name, id(at)) not in self._following:
+            self._following.add((name, id(at)))  # ``sched2`` of ``..., sched2 = prepare(..., s)``
+            try:
+                found |= self._renamed_output_kinds(name, at)
+            finally:
+                self._following.discard((name, id(at)))
+        if not found and (name, id(at)) not in self._following:
             self._following.add((name, id(at)))  # ``trainer.model`` in ``cb(self, loss)``
             try:
                 found |= self._instance_attribute_kinds(name, at)
             finally:
                 self._following.discard((name, id(at)))
         return min(found, key=list(Kind).index) if found else None
+
+    def _renamed_output_kinds(self, name: str, at: cst.CSTNode) -> set[Kind]:
+        """What ``prepare`` was handed at the position of ``name`` among its outputs, where it
+        binds ``name`` from an argument of another name (`prepare_outputs`): prepare returns
+        each object, wrapped, where its argument was."""
+        found: set[Kind] = set()
+        for renamed in renamed_from(self.model, name, at):
+            kind = self.kind_of(renamed.source, renamed.prepare.call)
+            if kind is not None:
+                found.add(kind)
+        return found
 
     def _instance_attribute_kinds(self, name: str, at: cst.CSTNode) -> set[Kind]:
         """``trainer.model`` where ``trainer`` is an instance of a class of the file made in the

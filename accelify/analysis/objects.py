@@ -20,6 +20,7 @@ import libcst as cst
 from accelify.analysis.imported_returns import Returned
 from accelify.analysis.names import DATALOADERS
 from accelify.analysis.prepare_order import handed_before_prepare
+from accelify.analysis.prepare_outputs import same_object_names
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import (
     Path,
@@ -1059,9 +1060,11 @@ def is_plateau_scheduler(model: ScriptModel, name: str, depth: int = 0) -> bool:
     the file, or handed in by callers that made one (``self.lr_scheduler = lr_scheduler`` of
     ``Trainer(model, loader, optimizer, scheduler)``): it steps on a metric (each repeated step
     counts one more bad epoch), where any other scheduler handed an argument is handed its
-    epoch (``scheduler.step(epoch)``)."""
+    epoch (``scheduler.step(epoch)``). A name ``prepare`` bound from another (``plateau`` of
+    ``..., plateau = accelerator.prepare(..., scheduler)``) is what that one was made as."""
+    names = same_object_names(model, name)
     for binding in model.of_kind(Kind.SCHEDULER):
-        if binding.name != name:
+        if binding.name not in names:
             continue
         if any(
             "ReduceLROnPlateau" in model.module.code_for_node(made)

@@ -13,6 +13,7 @@ import libcst as cst
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import bound_arguments, callee
+from accelify.analysis.prepare_outputs import same_object_names, source_of
 from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel, output_name
 from accelify.analysis.syntax import (
     all_params,
@@ -105,11 +106,12 @@ def _passed(prepare: PrepareCall) -> list[cst.Arg] | None:
 
 def sized_by_process_count(script: ScriptModel, name: str) -> bool:
     """``StepLR(optimizer, step_size=30 * accelerator.num_processes)``: sized for the steps each
-    call takes, on purpose."""
+    call takes, on purpose; also where ``prepare`` renamed it (`prepare_outputs`)."""
+    names = same_object_names(script, name)
     return any(
         PROCESS_COUNT.search(script.module.code_for_node(binding.value))
         for binding in script.of_kind(Kind.SCHEDULER)
-        if binding.name == name
+        if binding.name in names
     )
 
 
@@ -308,11 +310,12 @@ def schedule_length(script: ScriptModel, name: str) -> frozenset[str]:
     (``while self.steps < self.num_train_steps`` where ``self.num_train_steps =
     num_train_steps``) runs as many iterations on every rank as the schedule has steps, whatever
     the value is (handed by a caller no one sees, or shard-sized): prepared, the schedule ends
-    after 1/N of them. Empty when the scheduler is made more than one way, or not here."""
+    after 1/N of them. Empty when the scheduler is made more than one way, or not here. A name
+    ``prepare`` bound from another is sized where that one was made (`prepare_outputs`)."""
     made = [
         binding.value
         for binding in script.of_kind(Kind.SCHEDULER)
-        if binding.name == name and isinstance(binding.value, cst.Call)
+        if binding.name == source_of(script, name) and isinstance(binding.value, cst.Call)
     ]
     if len(made) != 1:
         return frozenset()

@@ -32,6 +32,7 @@ from accelify.analysis.syntax import (
     Assignment,
     Visitor,
     WalkedTree,
+    all_params,
     argument_value,
     assigned_targets,
     children_of,
@@ -1621,14 +1622,32 @@ def _iterates_its_own(node: cst.ClassDef) -> list[str]:
 def _prepares_its_own(node: cst.ClassDef) -> bool:
     """``self.accelerator.prepare(self.model, ...)`` in the class: a trainer that holds the
     model and its optimizer, even where it subclasses ``nn.Module`` (a DPO trainer's): its
-    ``self.optimizer`` is an optimizer, not a layer, and an instance is no model to prepare."""
-    return any(
-        type(call) is cst.Call  # by exact type: no ABC check for each node of the class
+    ``self.optimizer`` is an optimizer, not a layer, and an instance is no model to prepare.
+    Also ``accelerator.prepare(self.model)`` through a method's parameter (a DDPM trainer's
+    ``def train(self, data, accelerator)``): the class hands its own attributes to prepare."""
+    prepares = [
+        call
+        for call in walk(node.body)
+        if type(call) is cst.Call  # by exact type: no ABC check for each node of the class
         and isinstance(call.func, cst.Attribute)
         and call.func.attr.value == "prepare"
-        and (dotted(call.func.value) or "").startswith("self.")
-        for call in walk(node.body)
-    )
+    ]
+    if any((dotted(call.func.value) or "").startswith("self.") for call in prepares):  # type: ignore[union-attr]
+        return True
+    for method in node.body.body if prepares else ():
+        if not isinstance(method, cst.FunctionDef):
+            continue
+        parameters = {p.name.value for p in all_params(method.params)} - {"self"}
+        for call in walk(method):
+            if (
+                type(call) is cst.Call
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "prepare"
+                and dotted(call.func.value) in parameters
+                and any((dotted(a.value) or "").startswith("self.") for a in call.args)
+            ):
+                return True
+    return False
 
 
 #: Accelerate's decorators that run a function on some ranks only, and the attribute each tests
