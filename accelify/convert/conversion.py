@@ -107,6 +107,7 @@ def convert_source(
         imported_layer_members=project.imported_layer_members(path, siblings),
         imported_printers=project.imported_printers(path, model, siblings),
         imported_file_writers=project.imported_file_writers(path, model, siblings),
+        imported_meters=project.imported_meters(siblings),
     )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give
