@@ -2352,3 +2352,28 @@ def test_a_method_of_a_sibling_class_named_only_in_an_annotation_leaves_the_scri
         "model.forward_train() (defined at netmod.py:9) runs the model's layers outside its "
         "forward during training" in result.stdout
     ), result.stdout
+
+
+METERS = FIXTURES / "projects" / "meters_of_a_sibling_module"
+
+
+def test_a_meter_class_of_a_sibling_module_read_after_training_gets_a_review_line(
+    tmp_path: Path,
+):
+    """The ImageNet example's ``AverageMeter`` lives in ``utils.py``: a training loop over a
+    prepared loader fills it with its rank's batches only, as it does a meter of the script's
+    own file; one read through a method that reduces across ranks is right as it is."""
+    shutil.copytree(METERS, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    (review,) = result.reviews
+    assert review.line == 20  # print(f"samples {losses.count} ...")
+    assert review.text.startswith(
+        "losses (AverageMeter) is updated with this rank's batches of loader only (line 15)"
+    )
+    edited = (METERS / "train.py").read_text().replace("synced.synced_avg()", "synced.avg")
+    (tmp_path / "project" / "train.py").write_text(edited)
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    assert [(r.line, r.text.split(" is updated")[0]) for r in result.reviews] == [
+        (20, "losses (AverageMeter)"),
+        (21, "synced (meters.SyncedMeter)"),
+    ]

@@ -378,6 +378,11 @@ class CallGraph:
         if isinstance(built, cst.Call) and dotted(built.func) in self.classes:
             found = self.lookup(self.classes[dotted(built.func)], name)  # ``Trainer(...).fit()``
             return _Resolution([found] if found is not None else [], _bound(found))
+        if isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute):
+            factory = self._class_factory(built.func)  # ``Experiment.from_config(p).run()``
+            if factory is not None:
+                found = self.lookup(self.classes[factory], name)
+                return _Resolution([found] if found is not None else [], _bound(found))
         receiver_name = dotted(receiver)
         if receiver_name in self.classes:  # ``Trainer.fit(trainer)``, a static or class method
             found = self.lookup(self.classes[receiver_name], name)
@@ -1017,6 +1022,8 @@ class CallGraph:
 
     def _make(self, value: cst.BaseExpression, depth: int) -> str | None:
         core = strip_self_methods(value)
+        if isinstance(core, cst.Call) and isinstance(core.func, cst.Attribute):
+            return self._class_factory(core.func)
         if not (isinstance(core, cst.Call) and isinstance(core.func, cst.Name)):
             return None
         if core.func.value in self.model.classes:
@@ -1038,6 +1045,31 @@ class CallGraph:
             else:
                 made.add(self._made_by(returned, depth - 1))  # type: ignore[arg-type]
         return made.pop() if len(made) == 1 else None
+
+    def _class_factory(self, func: cst.Attribute) -> str | None:
+        """``Experiment.from_config(path)``: a classmethod of a class of this file every
+        ``return`` of which builds the class (``return cls(**cfg)``) makes an instance of it,
+        as ``Experiment(...)`` does; its name."""
+        owner_name = dotted(func.value)
+        owner = self.model.classes.get(owner_name or "")
+        if owner is None:
+            return None
+        method = self.methods(owner).get(func.attr.value)
+        if method is None or "classmethod" not in {dotted(d.decorator) for d in method.decorators}:
+            return None
+        params = all_params(method.params)
+        if not params:
+            return None
+        builders = {params[0].name.value, owner.name.value}
+        returns = self.index.own_returns(method)
+        if returns and all(
+            isinstance(r.value, cst.Call)
+            and isinstance(r.value.func, cst.Name)
+            and r.value.func.value in builders
+            for r in returns
+        ):
+            return owner_name
+        return None
 
     def _attribute_target(self, node: cst.Attribute, name: str) -> cst.FunctionDef | None:
         if self._is_self(node.value, node):

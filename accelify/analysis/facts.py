@@ -6,6 +6,7 @@ kept."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -300,6 +301,16 @@ class Facts:
     def shard_meters(self) -> list[MeterTotal]:
         """Metric objects a training loop updates per batch and that are read after it."""
         return meters_over_shards(self.model, self.placement, self.flow.reads_loader, self.calls)
+
+    def shard_meters_with(self, imported: Mapping[str, cst.ClassDef]) -> list[MeterTotal]:
+        """`shard_meters`, with instances of meter classes of the project's other modules
+        counted too: ``imported``, by the name this file calls them (``AverageMeter`` of
+        ``utils.py``, which only the conversion of a whole folder reads)."""
+        if not imported:
+            return self.shard_meters
+        return meters_over_shards(
+            self.model, self.placement, self.flow.reads_loader, self.calls, imported
+        )
 
     def trains_itself(self, backward: cst.Call) -> bool:
         """``backward`` runs in a method of a model class that trains itself."""

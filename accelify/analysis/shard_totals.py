@@ -10,7 +10,7 @@ the conversion names these places for review instead of rewriting them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -623,12 +623,16 @@ def meters_over_shards(
     placement: Placement,
     reads_loader: Callable[[Loop], bool],
     graph: CallGraph,
+    imported: Mapping[str, cst.ClassDef] | None = None,
 ) -> list[MeterTotal]:
     """Each training loop's meters, as `MeterTotal` says. A meter is an instance of a class of
     this file whose ``update`` method accumulates into its own attributes (``self.sum +=
-    val * n``). An update handed a value the script already gathered or reduced across ranks
-    is right as it is."""
-    classes = _accumulating_classes(model)
+    val * n``), or of such a class of another module of the project, by the name this file
+    calls it (``imported``: the ImageNet example's ``AverageMeter`` of ``utils.py``). An
+    update handed a value the script already gathered or reduced across ranks is right as
+    it is."""
+    classes = accumulating_classes(model.module)
+    classes.update(imported or {})
     if not classes:
         return []
     made = _instances(model, classes)
@@ -650,15 +654,17 @@ def meters_over_shards(
             read = _read_after(model, placement, loop, meter)
             if read is None:
                 read = _read_elsewhere(model, placement, graph, loop, meter)
-            if read is not None and not _synchronises(model, made[meter], read):
+            if read is not None and not _synchronises(classes[made[meter]], read):
                 seen.add(meter)
                 found.append(MeterTotal(loop, meter, made[meter], node, read))
     return found
 
 
-def _accumulating_classes(model: ScriptModel) -> set[str]:
-    found = set()
-    for node in walk(model.module):
+def accumulating_classes(module: cst.Module) -> dict[str, cst.ClassDef]:
+    """The classes of ``module`` whose ``update`` method adds into their own attributes
+    (``self.sum += val * n``): meters, by name."""
+    found = {}
+    for node in walk(module):
         if not isinstance(node, cst.ClassDef):
             continue
         for statement in node.body.body:
@@ -671,11 +677,11 @@ def _accumulating_classes(model: ScriptModel) -> set[str]:
                     for inner in walk(statement.body)
                 )
             ):
-                found.add(node.name.value)
+                found[node.name.value] = node
     return found
 
 
-def _instances(model: ScriptModel, classes: set[str]) -> dict[str, str]:
+def _instances(model: ScriptModel, classes: Mapping[str, cst.ClassDef]) -> dict[str, str]:
     """Names, attributes and constant keys of a dict bound to an instance of one of
     ``classes`` (``meter = AverageMeter()``, ``self.meters = {"acc": AverageMeter()}``):
     spelled as `spelled` spells them -> class."""
@@ -715,23 +721,20 @@ def _across_ranks(node: cst.CSTNode) -> bool:
     )
 
 
-def _synchronises(model: ScriptModel, kind: str, read: cst.CSTNode) -> bool:
+def _synchronises(kind: cst.ClassDef, read: cst.CSTNode) -> bool:
     """The first thing done with the meter after the loop combines it across ranks
-    (``meter.all_reduce()``, ``metric.sync()``, a method of its class that calls
+    (``meter.all_reduce()``, ``metric.sync()``, a method of its class ``kind`` that calls
     ``dist.all_reduce``): the script made it the whole set's itself."""
     assert isinstance(read, cst.Attribute)
     method = read.attr.value
     if any(word in method for word in ("reduce", "sync", "gather")):
         return True
-    for node in walk(model.module):
-        if isinstance(node, cst.ClassDef) and node.name.value == kind:
-            return any(
-                isinstance(statement, cst.FunctionDef)
-                and statement.name.value == method
-                and _across_ranks(statement)
-                for statement in node.body.body
-            )
-    return False
+    return any(
+        isinstance(statement, cst.FunctionDef)
+        and statement.name.value == method
+        and _across_ranks(statement)
+        for statement in kind.body.body
+    )
 
 
 def _read_after(

@@ -108,6 +108,7 @@ def convert_source(
         imported_printers=project.imported_printers(path, model, siblings),
         imported_file_writers=project.imported_file_writers(path, model, siblings),
         imported_output_members=project.imported_output_members(siblings),
+        imported_meters=project.imported_meters(siblings),
     )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give

@@ -114,6 +114,7 @@ def plan_conversion(
     imported_printers: dict[str, str] | None = None,
     imported_file_writers: dict[str, str] | None = None,
     imported_output_members: dict[str, OutputMembers] | None = None,
+    imported_meters: dict[str, cst.ClassDef] | None = None,
 ) -> Plan:
     """``imported_writers``: names the script calls of functions of its project's other modules
     that only write files, with where they are (`project.imported_writers`);
@@ -130,7 +131,8 @@ def plan_conversion(
     ``imported_file_writers``: those whose body writes a file, with where
     (`project.imported_file_writers`); ``imported_output_members``: what each returned output
     of the forward of the model classes the script builds from those modules is computed with
-    (`project.imported_output_members`)."""
+    (`project.imported_output_members`); ``imported_meters``: meter classes of those modules the
+    script makes instances of (`project.imported_meters`)."""
     withheld: dict[str, str] = {}
     while True:
         ctx = Context(model, options, withheld=dict(withheld))
@@ -146,6 +148,7 @@ def plan_conversion(
             imported_printers,
             imported_file_writers,
             imported_output_members,
+            imported_meters,
         )
         # An argument the Accelerator cannot read where it is made (``use_amp`` set only after
         # the first use of the accelerator): planned again with that argument's construct kept
@@ -168,6 +171,7 @@ def _planned(
     imported_printers: dict[str, str] | None,
     imported_file_writers: dict[str, str] | None,
     imported_output_members: dict[str, OutputMembers] | None,
+    imported_meters: dict[str, cst.ClassDef] | None,
 ) -> Plan:
     """One round of `plan_conversion`, with ``ctx.withheld`` kept out of the constructor."""
     model, options = ctx.model, ctx.options
@@ -181,6 +185,7 @@ def _planned(
     ctx.imported_printers = imported_printers or {}
     ctx.imported_file_writers = imported_file_writers or {}
     ctx.imported_output_members = imported_output_members or {}
+    ctx.imported_meters = imported_meters or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()

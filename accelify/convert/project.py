@@ -28,6 +28,7 @@ from accelify.analysis.project_modules import (
     resolved,
 )
 from accelify.analysis.script_model import ScriptModel, analyze
+from accelify.analysis.shard_totals import accumulating_classes
 from accelify.analysis.syntax import dotted, is_main_guard, target_names, walk
 from accelify.analysis.writing_helpers import (
     module_state,
@@ -293,6 +294,19 @@ def _sibling_calls(script: Path, model: ScriptModel) -> Iterator[SiblingCall]:
         other = modules[file]
         if other is not None:
             yield node, name, function, file, other
+
+
+def imported_meters(siblings: list[SiblingCall]) -> dict[str, cst.ClassDef]:
+    """Names this file calls (``AverageMeter``, ``utils.AverageMeter``) that make an instance of
+    a meter class of a module of its own folder (`shard_totals.accumulating_classes`: its
+    ``update`` adds into its own attributes), with that class: the ImageNet example's meters of
+    ``utils.py``, which a training loop fills with its rank's batches only once sharded."""
+    found = {}
+    for _, name, member, _, other in siblings:
+        kind = accumulating_classes(other.module).get(member)
+        if kind is not None:
+            found[name] = kind
+    return found
 
 
 def imported_evaluators(siblings: list[SiblingCall]) -> set[str]:

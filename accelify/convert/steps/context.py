@@ -176,6 +176,9 @@ class Context:
     #: Functions of the project's other modules that only show text on the terminal, by the
     #: name calls use, with where each is defined (`project.imported_printers`)
     imported_printers: dict[str, str] = field(default_factory=dict)
+    #: meter classes of the project's other modules the script makes instances of, by the name
+    #: its calls use (``AverageMeter`` of ``utils.py``: `project.imported_meters`)
+    imported_meters: dict[str, cst.ClassDef] = field(default_factory=dict)
     #: Functions of the project's other modules whose body writes a file, by the name calls
     #: use, with where the write is (`project.imported_file_writers`)
     imported_file_writers: dict[str, str] = field(default_factory=dict)

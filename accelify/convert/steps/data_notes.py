@@ -757,7 +757,7 @@ def _across_ranks(ctx: Context, at: cst.CSTNode, values: str, how: str = "sum") 
 def _meters_over_shards(ctx: Context) -> None:
     """``meter.update(loss.item(), x.size(0))`` per training batch, ``meter.avg`` after the
     loop: over a prepared loader the meter holds this rank's batches only."""
-    for found in ctx.facts.shard_meters:
+    for found in ctx.facts.shard_meters_with(ctx.imported_meters):
         whole = ctx.unprepared_loaders(found.loop)
         if whole:  # every rank reads all of it: the meter is right, but for a prepared one
             _shard_value_beside_a_whole_loader(ctx, found.loop, found.read, whole)

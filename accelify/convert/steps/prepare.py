@@ -484,7 +484,9 @@ def _steps_what_is_prepared(ctx: Context, loop: Loop, function: cst.FunctionDef)
     (``train(net, trainloader, criterion, optimizer)`` after ``setup_network()`` prepared
     ``optimizer``). A helper that makes its own optimizer (``finetune(model, loader)``) trains
     what it is handed unwrapped: its data sharded, each rank's copy would never be synchronised;
-    one that prepares its parameters itself would wrap the loader twice."""
+    one that prepares its parameters itself would wrap the loader twice. A method of the
+    class of ``function`` that steps an optimizer attribute of the instance the conversion
+    prepares trains what is prepared too."""
     placement = ctx.facts.placement
     helper = placement.enclosing_function(loop.node)
     if helper is function:
@@ -503,6 +505,16 @@ def _steps_what_is_prepared(ctx: Context, loop: Loop, function: cst.FunctionDef)
         and node.func.attr.value == "step"
         and len(node.args) <= 1
     }
+    owner = placement.class_of(helper)
+    # a method of the same class stepping the instance's prepared optimizer
+    # (``self._train(train_loader)`` of ``run()`` steps ``self.optimizer``, which
+    # ``__init__`` prepared): the loader it is handed trains what is prepared
+    if (
+        owner is not None
+        and owner is placement.class_of(function)
+        and any(name in ctx.plan.prepared for name in stepped if name and name.startswith("self."))
+    ):
+        return True
     parameters = {p.name.value for p in helper.params.params}
     return any(_handed_prepared(ctx, helper, parameter) for parameter in stepped & parameters)
 
