@@ -1285,10 +1285,7 @@ def _formatted_devices(
     A format spec (``f"{device:>6}"``) of what is now a torch.device raises TypeError
     (torch.device has no ``__format__`` of its own), so there the text is always read:
     its type where that is the script's text, else ``str(device)``."""
-    types_only = all(
-        isinstance(choice, cst.SimpleString) and choice.evaluated_value in _DEVICE_TYPES
-        for choice in _choices(binding.value)
-    )
+    types_only = _types_only(binding)
     for node in ctx.model.index.of_type(cst.FormattedStringExpression):
         assert isinstance(node, cst.FormattedStringExpression)
         read = dotted(node.expression)
@@ -1347,11 +1344,10 @@ def _devices_in_format_calls(ctx: Context, binding: Binding, statement: cst.CSTN
     """``"{:<5}".format(device)`` once ``device`` is a torch.device: a field with a format
     spec raises TypeError there (a torch.device has no ``__format__`` of its own), where the
     script's string formatted. The argument is read as text: its type where every value the
-    script gave the device is a type's name (the same text), else ``str(device)``."""
-    types_only = all(
-        isinstance(choice, cst.SimpleString) and choice.evaluated_value in _DEVICE_TYPES
-        for choice in _choices(binding.value)
-    )
+    script gave the device is a type's name (the same text), else ``str(device)``. Without a
+    spec, as `_formatted_devices` does of an f-string, its type where that is the script's
+    text (``"runs/{}".format(device)``: ``runs/cuda:1`` on rank 1 otherwise)."""
+    types_only = _types_only(binding)
     for call in ctx.model.index.of_type(cst.Call):
         assert isinstance(call, cst.Call)
         func = call.func
@@ -1361,7 +1357,7 @@ def _devices_in_format_calls(ctx: Context, binding: Binding, statement: cst.CSTN
             and isinstance(func.value, cst.SimpleString)
         ):
             continue
-        specified = _fields_with_a_spec(func.value.evaluated_value)
+        fields = _format_fields(func.value.evaluated_value)
         position = 0
         for arg in call.args:
             if arg.star:
@@ -1370,29 +1366,33 @@ def _devices_in_format_calls(ctx: Context, binding: Binding, statement: cst.CSTN
             if arg.keyword is None:
                 position += 1
             read = dotted(arg.value)
-            if key not in specified or read is None:
+            if key not in fields or read is None:
                 continue
             seen = _reads_binding(ctx, arg, read, binding.name, binding.scope, statement)
             if seen not in (_DEVICE, _EITHER):
                 continue
-            text = _type_of(read, False) if types_only and seen == _DEVICE else f"str({read})"
+            if types_only and seen == _DEVICE:
+                text, why = _type_of(read, False), "and the script's was a type's name"
+            elif fields[key]:
+                text, why = f"str({read})", "which a format spec cannot format (TypeError)"
+            else:
+                continue
             ctx.plan.replace(
                 arg.value,
                 Swap(text),
                 ctx.line(call),
-                f"{read} -> {text} in .format(): {read} is this rank's torch.device now, "
-                "which a format spec cannot format (TypeError)",
+                f"{read} -> {text} in .format(): {read} is this rank's torch.device now, {why}",
                 anywhere=True,
             )
 
 
-def _fields_with_a_spec(text: str | bytes) -> set[int | str]:
-    """The fields of a ``str.format`` text given a format spec and no conversion
-    (``"{:<5}"``, ``"{0:>6}"``, ``"{dev:>6}"``), by position or keyword; none where the text
-    does not parse."""
+def _format_fields(text: str | bytes) -> dict[int | str, bool]:
+    """The fields of a ``str.format`` text that format an argument itself, by position or
+    keyword, each with whether it has a format spec and no conversion (``"{:<5}"``,
+    ``"{0:>6}"``, ``"{dev:>6}"``); none where the text does not parse."""
+    keys: dict[int | str, bool] = {}
     if not isinstance(text, str):
-        return set()
-    keys: set[int | str] = set()
+        return keys
     try:
         fields = list(string.Formatter().parse(text))
     except ValueError:
@@ -1407,9 +1407,18 @@ def _fields_with_a_spec(text: str | bytes) -> set[int | str]:
             key, auto = auto, auto + 1
         else:
             key = int(root) if root.isdigit() else root
-        if spec and conversion is None and root == field:
-            keys.add(key)
+        if root == field:
+            keys[key] = keys.get(key, False) or bool(spec and conversion is None)
     return keys
+
+
+def _types_only(binding: Binding) -> bool:
+    """Every value the script gave the device is a type's name (``"cuda" if ... else
+    "cpu"``): its type is the text the script's device formatted as."""
+    return all(
+        isinstance(choice, cst.SimpleString) and choice.evaluated_value in _DEVICE_TYPES
+        for choice in _choices(binding.value)
+    )
 
 
 def _choices(value: cst.BaseExpression) -> list[cst.BaseExpression]:
