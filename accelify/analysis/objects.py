@@ -1006,11 +1006,9 @@ def _target_names(target: cst.BaseExpression) -> list[str] | None:
 _PROPERTIES = frozenset({"property", "cached_property", "functools.cached_property"})
 
 
-def property_alias(model: ScriptModel, name: str | None, at: cst.CSTNode) -> str | None:
-    """``self._model`` for ``self.model`` read at ``at``, when the class around ``at`` (or a
-    base of it in this file) makes ``model`` a ``@property`` whose whole body is ``return
-    self._model``: an accessor, so what is said of the attribute it hands back (a model, and
-    prepared) is said of it."""
+def _property_of(model: ScriptModel, name: str | None, at: cst.CSTNode) -> cst.FunctionDef | None:
+    """The ``@property`` (or ``@cached_property``) method behind ``self.<attr>`` read at
+    ``at``, of the class around ``at`` or a base of it in this file."""
     if name is None or not name.startswith("self.") or name.count(".") != 1:
         return None
     owner = model.index.enclosing_class(at)
@@ -1018,6 +1016,17 @@ def property_alias(model: ScriptModel, name: str | None, at: cst.CSTNode) -> str
         return None
     method = model.call_graph.lookup(owner, name.split(".", 1)[1])
     if method is None or not {dotted(d.decorator) for d in method.decorators} & _PROPERTIES:
+        return None
+    return method
+
+
+def property_alias(model: ScriptModel, name: str | None, at: cst.CSTNode) -> str | None:
+    """``self._model`` for ``self.model`` read at ``at``, when the class around ``at`` (or a
+    base of it in this file) makes ``model`` a ``@property`` whose whole body is ``return
+    self._model``: an accessor, so what is said of the attribute it hands back (a model, and
+    prepared) is said of it."""
+    method = _property_of(model, name, at)
+    if method is None:
         return None
     body = method.body.body if isinstance(method.body, cst.IndentedBlock) else []
     lines = [line for line in body if not is_docstring(line)]
@@ -1037,15 +1046,10 @@ def loader_property(
     of it in this file) makes it a ``@property`` or ``@cached_property`` that returns a
     DataLoader it builds: the loader is made on each read (or the first), where no binding of
     the analysis holds it, so nothing prepares it."""
-    if name is None or not name.startswith("self.") or name.count(".") != 1:
-        return None
-    owner = model.index.enclosing_class(at)
-    if owner is None:
-        return None
     from accelify.analysis.script_model import value_classifier
 
-    method = model.call_graph.lookup(owner, name.split(".", 1)[1])
-    if method is None or not {dotted(d.decorator) for d in method.decorators} & _PROPERTIES:
+    method = _property_of(model, name, at)
+    if method is None:
         return None
     kinds = returned_kinds(model, method, value_classifier(model))
     return method if kinds == [((), Kind.DATALOADER)] else None

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import string
+
 import libcst as cst
 
 from accelify.analysis import names
@@ -999,6 +1001,8 @@ def _device_types(ctx: Context, binding: Binding, as_string: bool, converted: bo
     _device_type_keys(ctx, binding.name, binding.scope, as_string, statement)
     if statement is not None:
         _formatted_devices(ctx, binding, as_string, statement)
+        if not as_string:
+            _devices_in_format_calls(ctx, binding, statement)
 
 
 def _keyed_by_device_types(ctx: Context, table: cst.BaseExpression) -> bool:
@@ -1277,16 +1281,18 @@ def _formatted_devices(
     writes a folder of its own). Where every value the script gave the device is a type's name
     (``"cuda" if ... else "cpu"``), its type is the same text: read there (a printed line then
     shows what the script's did). Otherwise (a flag that may say ``cuda:1``), or where the read
-    only may be the device, a review line, but not of text a print or a log only shows."""
-    types_only = all(
-        isinstance(choice, cst.SimpleString) and choice.evaluated_value in _DEVICE_TYPES
-        for choice in _choices(binding.value)
-    )
+    only may be the device, a review line, but not of text a print or a log only shows.
+    A format spec (``f"{device:>6}"``) of what is now a torch.device raises TypeError
+    (torch.device has no ``__format__`` of its own), so there the text is always read:
+    its type where that is the script's text, else ``str(device)``."""
+    types_only = _types_only(binding)
     for node in ctx.model.index.of_type(cst.FormattedStringExpression):
         assert isinstance(node, cst.FormattedStringExpression)
         read = dotted(node.expression)
-        if read is None or node.format_spec is not None:
+        if read is None:
             continue
+        # a torch.device formatted with a spec raises TypeError: its text must be read there
+        spec = node.format_spec is not None and node.conversion is None and not as_string
         shown = _shown_only(ctx, node)
         seen = _reads_binding(ctx, node, read, binding.name, binding.scope, statement)
         if seen == _NOT:
@@ -1294,6 +1300,24 @@ def _formatted_devices(
         if seen == _UNSURE and not shown:
             _review_unsure(ctx, node, read, binding.name, as_string, "the formatted text")
         if seen in (_NOT, _UNSURE):
+            continue
+        if (not types_only or seen == _EITHER) and spec:
+            ctx.plan.replace(
+                node.expression,
+                Swap(f"str({read})"),
+                ctx.line(node),
+                f"{{{read}}} -> {{str({read})}}: {read} is this rank's torch.device now, which "
+                "a format spec cannot format (TypeError); its text names this rank's device "
+                "(cuda:1 on rank 1)",
+                anywhere=True,
+            )
+            if not shown:
+                ctx.plan.review(
+                    ctx.line(node),
+                    f"{{str({read})}} formats this rank's device now (cuda:1 on rank 1), where "
+                    f"the script formatted the device it chose; for the device's type, as on "
+                    f"one GPU, write {{torch.device({read}).type}}",
+                )
             continue
         if not types_only or seen == _EITHER:
             if shown:
@@ -1314,6 +1338,87 @@ def _formatted_devices(
             "and the script's was a type's name",
             anywhere=True,
         )
+
+
+def _devices_in_format_calls(ctx: Context, binding: Binding, statement: cst.CSTNode) -> None:
+    """``"{:<5}".format(device)`` once ``device`` is a torch.device: a field with a format
+    spec raises TypeError there (a torch.device has no ``__format__`` of its own), where the
+    script's string formatted. The argument is read as text: its type where every value the
+    script gave the device is a type's name (the same text), else ``str(device)``. Without a
+    spec, as `_formatted_devices` does of an f-string, its type where that is the script's
+    text (``"runs/{}".format(device)``: ``runs/cuda:1`` on rank 1 otherwise)."""
+    types_only = _types_only(binding)
+    for call in ctx.model.index.of_type(cst.Call):
+        assert isinstance(call, cst.Call)
+        func = call.func
+        if not (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "format"
+            and isinstance(func.value, cst.SimpleString)
+        ):
+            continue
+        fields = _format_fields(func.value.evaluated_value)
+        position = 0
+        for arg in call.args:
+            if arg.star:
+                break  # ``*values``: the fields after it are not known
+            key: int | str = arg.keyword.value if arg.keyword is not None else position
+            if arg.keyword is None:
+                position += 1
+            read = dotted(arg.value)
+            if key not in fields or read is None:
+                continue
+            seen = _reads_binding(ctx, arg, read, binding.name, binding.scope, statement)
+            if seen not in (_DEVICE, _EITHER):
+                continue
+            if types_only and seen == _DEVICE:
+                text, why = _type_of(read, False), "and the script's was a type's name"
+            elif fields[key]:
+                text, why = f"str({read})", "which a format spec cannot format (TypeError)"
+            else:
+                continue
+            ctx.plan.replace(
+                arg.value,
+                Swap(text),
+                ctx.line(call),
+                f"{read} -> {text} in .format(): {read} is this rank's torch.device now, {why}",
+                anywhere=True,
+            )
+
+
+def _format_fields(text: str | bytes) -> dict[int | str, bool]:
+    """The fields of a ``str.format`` text that format an argument itself, by position or
+    keyword, each with whether it has a format spec and no conversion (``"{:<5}"``,
+    ``"{0:>6}"``, ``"{dev:>6}"``); none where the text does not parse."""
+    keys: dict[int | str, bool] = {}
+    if not isinstance(text, str):
+        return keys
+    try:
+        fields = list(string.Formatter().parse(text))
+    except ValueError:
+        return keys
+    auto = 0
+    for _, field, spec, conversion in fields:
+        if field is None:
+            continue
+        root = field.split(".", 1)[0].split("[", 1)[0]
+        key: int | str
+        if root == "":
+            key, auto = auto, auto + 1
+        else:
+            key = int(root) if root.isdigit() else root
+        if root == field:
+            keys[key] = keys.get(key, False) or bool(spec and conversion is None)
+    return keys
+
+
+def _types_only(binding: Binding) -> bool:
+    """Every value the script gave the device is a type's name (``"cuda" if ... else
+    "cpu"``): its type is the text the script's device formatted as."""
+    return all(
+        isinstance(choice, cst.SimpleString) and choice.evaluated_value in _DEVICE_TYPES
+        for choice in _choices(binding.value)
+    )
 
 
 def _choices(value: cst.BaseExpression) -> list[cst.BaseExpression]:
