@@ -761,6 +761,22 @@ class CollectiveOnSomeRanks(Rule):
         + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
         + "if accelerator.is_main_process:\n    with torch.no_grad():\n"
         + "        outputs = [model(x) for x, y in loader]\n",
+        # ... where FSDP is a word of a comment or a docstring only: prose, no FSDP run
+        # (lintreal43: reported as an FSDP hang)
+        _HF
+        + "import torch\n# TODO: try FSDP later\nmodel = accelerator.prepare(model)\n"
+        + "if accelerator.is_main_process:\n    with torch.no_grad():\n"
+        + "        out = model(sample)\n",
+        _HF
+        + "import torch\nmodel = accelerator.prepare(model)\n\n\n"
+        + 'def evaluate():\n    """Not sharded: no FullyShardedDataParallel or fsdp_plugin."""\n'
+        + "    with torch.no_grad():\n        return model(sample)\n\n\n"
+        + "if accelerator.is_main_process:\n    out = evaluate()\n",
+        # ... and DeepSpeed named in a comment: get_state_dict gathers nothing on DDP
+        _HF
+        + "model = accelerator.prepare(model)  # DeepSpeed: see ds_config in the README\n"
+        + "if accelerator.is_main_process:\n"
+        + "    state = accelerator.get_state_dict(model)\n",
         _HF
         + "if accelerator.is_main_process or "
         + "accelerator.distributed_type == DistributedType.DEEPSPEED:\n"

@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.accelerator_objects import without_accelerator
-from accelify.analysis.precision import device_type_of_the_run
+from accelify.analysis.precision import cpu_autocast, device_type_of_the_run
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import (
@@ -108,6 +108,15 @@ class ManualAmp(Rule):
         HEADER
         + "import torch\nwith torch.autocast(device_type=device.split(':')[0], enabled=amp):\n"
         + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
+        # a CPU autocast, nothing scaled by hand: a no-op on GPU ranks, as written on CPU ones
+        # (a converted script's, kept with a review line: no mixed_precision casts float16 on
+        # the CPU)
+        HEADER
+        + "import torch\nwith torch.autocast('cpu', dtype=torch.float16):\n"
+        + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
+        HEADER
+        + "import torch\nwith torch.autocast(device_type='cpu', dtype=ptdtype, enabled=bf16):\n"
+        + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
         # a validation method's ``output`` is not the one another method's backward reads
         HEADER
         + "import torch\n\n\ndef train_step(x):\n    output = model(x)\n"
@@ -129,6 +138,8 @@ class ManualAmp(Rule):
                 continue  # the plain-PyTorch path of a script that runs with or without one
             if not scaler and not scales and device_type_of_the_run(script, call):
                 continue  # casts on this rank's own device, unscaled: nothing to replace
+            if not scaler and not scales and cpu_autocast(script, call):
+                continue  # a CPU cast, unscaled: runs as before, and no precision replaces it
             if scaler or (not _bfloat16(call) and _around_training(script, call)):
                 yield self.finding(script, call)
 

@@ -48,6 +48,13 @@ class TorchClipGrad(Rule):
             1,
             HEADER + _IMPORT_VALUE + "accelerator.clip_grad_value_(params, 0.5)\n",
         ),
+        # an argument the Accelerator's clip does not take: no fix, unscale first instead
+        Example(
+            HEADER + "import torch\n"
+            "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)\n",
+            4,
+            1,
+        ),
     )
     good = (
         HEADER + "accelerator.clip_grad_norm_(model.parameters(), 1.0)\n",
@@ -66,6 +73,10 @@ class TorchClipGrad(Rule):
         + "def clip(model, max_norm):\n"
         + "    accelerator.unscale_gradients()\n"
         + "    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+        # ... and that advice followed for a clip the Accelerator's cannot replace
+        HEADER
+        + "import torch\naccelerator.unscale_gradients()\n"
+        + "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)\n",
         # seed-vc's codec trainer: descript audiotools' own Accelerator (no clip_grad_norm_),
         # whose scaler the script unscales itself
         "import argbind\n"
@@ -108,8 +119,22 @@ class TorchClipGrad(Rule):
                     from accelify.edits.plan import Plan
 
                     clip = rewrites.clip_grad(call, acc, method) if acc is not None else None
-                    yield self.finding(script, call, None if clip is None else Plan.of(clip))
+                    unaccepted = rewrites.unaccepted_clip_argument(call, method)
+                    message = None if unaccepted is None else _unscale_first(method, unaccepted)
+                    yield self.finding(
+                        script, call, None if clip is None else Plan.of(clip), message
+                    )
                     break
+
+
+def _unscale_first(method: str, unaccepted: str) -> str:
+    """The advice for a clip the Accelerator's method cannot take over (``error_if_nonfinite=``:
+    the converter keeps such a clip, with a review line): unscale first, keep the clip."""
+    return (
+        f"Call accelerator.unscale_gradients() before this clip: accelerator.{method} takes no "
+        f"{unaccepted}, so it cannot replace it, and under fp16 the gradients clipped here are "
+        "still scaled (the threshold means nothing)"
+    )
 
 
 def _unscale_calls(script: ScriptModel) -> list[cst.Call]:

@@ -1911,3 +1911,17 @@ def test_never_stepped_names_every_test_that_parts_a_step():
     assert "line 9 (`args.use_amp`), line 14 (`args.accelerate`)" in finding.message
     assert "right after this backward, on this path" in finding.message
     assert "after the if/else" not in finding.message
+
+
+def test_a_clip_the_accelerators_cannot_replace_is_told_to_unscale_first():
+    """``clip_grad_norm_(..., error_if_nonfinite=True)``: accelerator.clip_grad_norm_ takes no
+    such argument (the converter keeps the clip, golden clip_grad_arguments), so the advice is
+    to unscale before it, which the rule leaves silent; a plain clip keeps its fix."""
+    kept = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)\n"
+    found = the_finding(HEADER + "import torch\n" + kept, "ACC302")
+    assert found.message.startswith("Call accelerator.unscale_gradients() before this clip")
+    assert "takes no error_if_nonfinite=" in found.message and found.fix is None
+    plain = the_finding(
+        HEADER + "import torch\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", "ACC302"
+    )
+    assert plain.message.startswith("Use accelerator.clip_grad_norm_") and plain.fix is not None

@@ -17,7 +17,9 @@ checkpoint calls, on whose runtime runs the script:
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from dataclasses import dataclass
 
 import libcst as cst
@@ -235,11 +237,12 @@ def _backends_in_view(script: ScriptModel) -> frozenset[str]:
     found = {DDP}
     mentions = {b: _mentions(code, b) for b in (FSDP, DEEPSPEED)}
     if any(mentions.values()):
+        code = _without_prose(code)
         for refusal in _refusals(script):
             code = code.replace(script.module.code_for_node(refusal), "")
-    if mentions[FSDP] and _mentions(code, FSDP):
+    if mentions[FSDP] and _mentions(code, FSDP, usage=script.source):
         found.add(FSDP)
-    if mentions[DEEPSPEED] and _mentions(code, DEEPSPEED):
+    if mentions[DEEPSPEED] and _mentions(code, DEEPSPEED, usage=script.source):
         found.add(DEEPSPEED)
         if not _zero_stage_pinned_below_3(script):
             found.add(ZERO3)
@@ -257,11 +260,41 @@ _LAUNCH_CONFIG = {
 }
 
 
-def _mentions(code: str, backend: str) -> bool:
-    """The script names ``backend``: in its code, or by the launch config it is run with."""
+def _mentions(code: str, backend: str, usage: str | None = None) -> bool:
+    """The script names ``backend``: in its code, or by the launch config it is run with,
+    which ``usage`` (the whole text, comments and docstrings too: ``accelerate launch
+    --config_file configs/fsdp.yaml train.py`` in the usage text) may name instead."""
     return any(word in code for word in _MENTIONS[backend]) or bool(
-        _LAUNCH_CONFIG[backend].search(code)
+        _LAUNCH_CONFIG[backend].search(code if usage is None else usage)
     )
+
+
+def _without_prose(source: str) -> str:
+    """``source`` less its comments and docstrings (every string that is a statement of its
+    own): a word there is prose, not a backend the script runs on (``# TODO: try FSDP later``
+    above a DDP script is no FSDP run). The whole text where it does not tokenize."""
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans: list[tuple[int, int]] = []
+    statement_start = True
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind = token.type
+            if kind == tokenize.COMMENT or (kind == tokenize.STRING and statement_start):
+                (row, col), (end_row, end_col) = token.start, token.end
+                spans.append((starts[row - 1] + col, starts[end_row - 1] + end_col))
+            # a string leaves the flag as it is: all of ``"a" "b"`` goes, ``x = "a"`` stays
+            if kind not in (tokenize.NL, tokenize.COMMENT, tokenize.STRING):
+                statement_start = kind in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    pieces, at = [], 0
+    for start, end in spans:
+        pieces.append(source[at:start])
+        at = end
+    pieces.append(source[at:])
+    return "".join(pieces)
 
 
 #: Where a DeepSpeed JSON config (which may ask for ZeRO-3) comes in instead of the plugin's own

@@ -167,6 +167,21 @@ def device_type_of_the_run(model: ScriptModel, call: cst.Call) -> bool:
     return True
 
 
+def cpu_autocast(model: ScriptModel, call: cst.Call) -> bool:
+    """``torch.autocast("cpu", ...)``, ``torch.cpu.amp.autocast()``: it casts on the CPU only,
+    whatever dtype it asks for. It is a no-op on a GPU rank and runs as written on a CPU one,
+    before the conversion as after it; no ``Accelerator(mixed_precision=...)`` casts float16
+    on the CPU, so none can replace it (the conversion keeps it, with a review line)."""
+    qualified = model.call_names(call) & names.AUTOCASTS
+    if not qualified:
+        return False
+    name = min(qualified)
+    if name in _DEVICE_OF:
+        return _DEVICE_OF[name] == "cpu"
+    device = _argument(call, "device_type", _AUTOCAST_POSITIONS.get(name, _DEFAULT_POSITIONS))
+    return isinstance(device, cst.SimpleString) and device.evaluated_value == "cpu"
+
+
 def _autocast(model: ScriptModel, call: cst.Call, qualified: str) -> Autocast:
     positions = _AUTOCAST_POSITIONS.get(qualified, _DEFAULT_POSITIONS)
     device = _DEVICE_OF.get(qualified)
