@@ -41,6 +41,14 @@ _TWO_HEADS = (
 )
 
 
+#: ``_TWO_HEADS`` with a forward that returns ``h`` alone when no ``targets`` are passed: the
+#: training call that passes them reaches ``return h, self.aux(h)``.
+_TARGETS_HEAD = _TWO_HEADS.replace("with_aux=False", "targets=None").replace(
+    "        if with_aux:\n            return h, self.aux(h)\n        return h\n",
+    "        if targets is None:\n            return h\n        return h, self.aux(h)\n",
+)
+
+
 _ACGAN = (
     "from torch import nn\n"
     + HEADER
@@ -124,6 +132,14 @@ class UnusedParametersUnderDdp(Rule):
             21,
             28,
         ),
+        # the call passes targets, so it reaches the return whose aux output it drops
+        Example(
+            _TARGETS_HEAD
+            + "    out, _ = model(x, y)\n"
+            + "    accelerator.backward(loss_fn(out, y))\n",
+            21,
+            28,
+        ),
         # the flag changes from step to step
         Example(
             _TWO_HEADS
@@ -168,6 +184,9 @@ class UnusedParametersUnderDdp(Rule):
         + "    validity, pred_label = discriminator(imgs)\n"
         + "    loss = adversarial_loss(validity, ones) + aux_loss(pred_label, labels)\n"
         + "    accelerator.backward(loss)\n",
+        # the call passes targets and keeps both outputs of the return it reaches
+        _TARGETS_HEAD
+        + "    out, aux = model(x, y)\n    accelerator.backward(loss_fn(out, y) + aux.mean())\n",
         # every training call takes the branch
         _TWO_HEADS
         + "    out, aux = model(x, with_aux=True)\n"
@@ -324,12 +343,12 @@ def _dropped_outputs(
 ) -> str | None:
     """``validity, _ = discriminator(x)`` in a function that runs a backward, where the dropped
     output is computed with members no kept output needs (`members_behind_outputs`)."""
-    behind = members_behind_outputs(script, made_by)
-    if behind is None:
-        return None
     for call in _training_calls(script, names):
         statement = script.parent(call)
         if not (isinstance(statement, cst.Assign) and statement.value is call):
+            continue
+        behind = members_behind_outputs(script, made_by, call)  # the return the call reaches
+        if behind is None:
             continue
         for target in statement.targets:
             found = members_only_dropped(behind, target.target)

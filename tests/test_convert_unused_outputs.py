@@ -129,3 +129,85 @@ def test_a_model_class_the_conversion_cannot_read_keeps_the_option(tmp_path: Pat
     conversion = convert_source(train.read_bytes(), train)
     assert HANDLER in conversion.converted.decode()
     assert "its forward does not show which layers only they need" in _changes(conversion)
+
+
+LM = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(12, 16)
+        self.head = nn.Linear(16, 12)
+
+    def forward(self, x, targets=None):
+        logits = self.head(self.emb(x))
+        if {test}:
+            return logits
+        return logits, F.cross_entropy(logits.reshape(-1, 12), targets.reshape(-1))
+
+
+def main():
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randint(0, 12, (16, 6)), torch.randint(0, 12, (16, 6)))
+    for x, y in DataLoader(data, batch_size=4):
+        _, loss = {call}
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+
+main()
+"""
+
+
+def _lm(test: str, call: str) -> str:
+    source = LM.replace("{test}", test).replace("{call}", call)
+    return convert_source(source.encode(), "train.py").converted.decode()
+
+
+def test_the_return_a_call_reaches_by_the_targets_it_passes_is_the_one_read():
+    """``_, loss = model(x, y)`` of a forward that returns ``logits`` when ``targets is None``
+    and ``logits, loss`` otherwise: the call reaches the second, whose dropped logits need no
+    layer the loss does not (it gave the option, for two returns were not read)."""
+    assert HANDLER not in _lm("targets is None", "model(x, y)")
+    assert HANDLER not in _lm("targets is None", "model(x, targets=y)")
+
+
+def test_a_return_no_argument_of_the_call_decides_keeps_the_option():
+    assert HANDLER in _lm("not self.training", "model(x, y)")
+
+
+def test_reached_return_follows_none_tests_of_passed_and_defaulted_parameters():
+    import libcst as cst
+
+    from accelify.analysis.reached_returns import reached_return
+
+    forward = cst.parse_module(
+        textwrap.dedent(
+            """
+            def forward(self, x, targets=None, mask=None):
+                if targets is None:
+                    return 1
+                elif mask is not None:
+                    return 2
+                else:
+                    return 3
+            """
+        )
+    ).body[0]
+
+    def reached(call: str) -> int | None:
+        found = reached_return(forward, cst.parse_expression(call))
+        return None if found is None else int(found.value.value)
+
+    assert reached("model(x)") == 1
+    assert reached("model(x, y)") == 3
+    assert reached("model(x, y, m)") == 2
+    assert reached("model(x, targets=y, mask=None)") == 3
+    assert reached("model(*batch)") is None

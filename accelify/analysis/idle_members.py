@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.reached_returns import reached_return
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, holds_own, self_parameter, target_names, walk
 
@@ -389,7 +390,9 @@ def skipping_test(
 OutputMembers = list[tuple[frozenset[str], cst.CSTNode]] | None
 
 
-def members_behind_outputs(model: ScriptModel, class_name: str) -> OutputMembers:
+def members_behind_outputs(
+    model: ScriptModel, class_name: str, call: cst.Call | None = None
+) -> OutputMembers:
     """For a forward that returns one tuple (``return validity, label``), the parameter members
     a gradient of each element reaches, followed through the forward's own local names
     (``label = self.aux_layer(out)``, ``out = self.conv(img)``) but not through ``.detach()``
@@ -398,12 +401,17 @@ def members_behind_outputs(model: ScriptModel, class_name: str) -> OutputMembers
     (``out = self.aux(x)``, later ``out = self.main(x)``): which of the two a returned name
     holds is not read here. A caller that drops an element (``validity, _ = discriminator(x)``)
     leaves the members only that element needed without a gradient in its step
-    (`members_only_dropped`)."""
+    (`members_only_dropped`). A forward with several returns is read at the one ``call``
+    reaches, where an argument it passes decides which (`reached_returns`: ``_, loss =
+    model(x, targets)`` of a forward that returns ``logits`` when ``targets is None``)."""
     methods = class_methods(model, class_name)
     init, forward = methods.get("__init__"), methods.get("forward")
     if init is None or forward is None:
         return None
     returns = [n for n in walk(forward.body) if isinstance(n, cst.Return)]
+    reached = reached_return(forward, call) if call is not None and len(returns) > 1 else None
+    if reached is not None:
+        returns = [reached]
     if len(returns) != 1 or not isinstance(returns[0].value, cst.Tuple):
         return None
     elements = returns[0].value.elements

@@ -24,6 +24,7 @@ from accelify.analysis.star_imports import star_imported_names
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.convert import across, imported_helpers, project, saver_modules, subclass_inits
 from accelify.convert.handed_loaders import handed_loaders
+from accelify.convert.import_prints import import_time_prints
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.unread_devices import drop_unread_devices
 from accelify.convert.wrap_lines import wrap_long_lines
@@ -110,6 +111,8 @@ def convert_source(
         imported_output_members=project.imported_output_members(siblings),
         imported_meters=project.imported_meters(siblings),
     )
+    for line, text in import_time_prints(Path(path), data, model):
+        plan.review(line, text)
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give
         why = LEFT_AS_IS if plan.reviews else "nothing to convert"

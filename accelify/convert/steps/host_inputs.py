@@ -27,6 +27,7 @@ from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import moved_to, strip_moves
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.outside_forward import defined_by_a_module_class
+from accelify.analysis.partial_calls import partial_arguments
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted, has_parameter, target_names, unpacked_pairs, walk
 from accelify.convert.steps.context import Context
@@ -66,6 +67,7 @@ def run(ctx: Context) -> None:
         unknown = [values[i] for i in inputs if not _made_on_host(ctx, values[i], call)]
         if unknown and not all_on_host:
             _review_returned_inputs(ctx, call, name, unknown)
+            _review_inputs_through_partial(ctx, call, name, unknown)
             continue
         moved[id(call)] = True
         back = not _feeds_a_model(ctx, call, models)
@@ -209,6 +211,42 @@ def _batch_of_a_whole_loader(ctx: Context, name: str, at: cst.CSTNode) -> bool:
     return False
 
 
+def _trains(ctx: Context, node: cst.For) -> bool:
+    return any(loop.node is node and loop.trains for loop in ctx.model.loops)
+
+
+def _mapped_over_whole_loaders(ctx: Context, name: str, at: cst.CSTNode) -> bool:
+    """``b`` of ``map(lambda b: score_batch(model, b), val_loader)`` when the conversion leaves
+    ``val_loader`` whole (no gather fits inside ``map()``): the lambda's parameter takes each
+    batch of loaders no prepare took, made on the host like every tensor of a CPU-only script,
+    so the model call it reaches needs them sent to the device."""
+    lam = next((a for a in ctx.model.ancestors(at) if isinstance(a, cst.Lambda)), None)
+    if lam is None or name not in {p.name.value for p in lam.params.params}:
+        return False
+    argument = ctx.model.parent(lam)
+    call = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
+    if not isinstance(call, cst.Call) or call.args[0] is not argument:
+        return False
+    if "builtins.map" not in ctx.model.qualified(call.func) and dotted(call.func) != "map":
+        return False
+    iterables = call.args[1:]
+    return bool(iterables) and all(
+        not a.star and a.keyword is None and _a_whole_loader(ctx, a.value, call) for a in iterables
+    )
+
+
+def _a_whole_loader(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``value`` names a DataLoader every origin of which the conversion leaves unprepared."""
+    name = dotted(value)
+    if name is None or ctx.facts.flow.kind_of(name, at) is not Kind.DATALOADER:
+        return False
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
+    origins = ctx.facts.flow.origin_sites(name, at, stop=prepared)
+    return bool(origins) and all(
+        origin is not None and origin not in prepared for origin, _ in origins
+    )
+
+
 def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
     """``loop`` only evaluates, over a loader named as such (not a dict's entry picked by
     phase), every origin of which the conversion leaves unprepared: a loop that reads a
@@ -244,6 +282,32 @@ def _review_returned_inputs(
         f"by a call) is made is not known here; left as it is: if it is a CPU tensor, as in "
         f"the original, send it there and the output back (send_to_device of "
         f"accelify.utils: send_to_device({name}(send_to_device({ctx.code(returned[0])}, "
+        f'{acc}.device)), "cpu"))',
+    )
+
+
+def _review_inputs_through_partial(
+    ctx: Context, call: cst.Call, name: str, unknown: list[cst.BaseExpression]
+) -> None:
+    """``model(x)`` in ``evaluate(model, loader)``, which only ``functools.partial(evaluate,
+    model)`` reaches, kept where no call the conversion follows runs it (a dict of partials):
+    ``model`` is the prepared model, on the device, and where ``x`` comes from is not known.
+    In a CPU-only script it is most likely a CPU tensor: the call stays, and the line says so."""
+    outer = _model_through_partial(ctx, name, call) if dotted(call.func) else None
+    if outer is None:
+        return
+    if any(_bound_to_a_call(ctx, v, call) for v in unknown):
+        return  # `_review_returned_inputs` wrote its line
+    function = ctx.facts.placement.enclosing_function(call)
+    helper = function.name.value if function is not None else "its function"
+    acc = ctx.accelerator_at(call)
+    ctx.plan.review(
+        ctx.line(call),
+        f"{ctx.code(call)}: {outer} is handed to {helper}() as {name} through "
+        f"functools.partial after its prepare, which places it on {acc}.device, and where "
+        f"{ctx.code(unknown[0])} is made is not followed there; left as it is: if it is a CPU "
+        "tensor, as in the original, send it there and the output back (send_to_device of "
+        f"accelify.utils: send_to_device({name}(send_to_device({ctx.code(unknown[0])}, "
         f'{acc}.device)), "cpu"))',
     )
 
@@ -495,9 +559,12 @@ def prepared_model_called(ctx: Context, call: cst.Call) -> str | None:
 
 
 def _prepared_model_named(ctx: Context, name: str, call: cst.Call) -> str | None:
-    if ctx.facts.flow.kind_of(name, call) is not Kind.MODEL:
+    through = _model_through_partial(ctx, name, call)
+    if ctx.facts.flow.kind_of(name, call) is not Kind.MODEL and through is None:
         return None
-    outer = name if name in ctx.prepared_after else ctx.facts.flow.outer_name(name, call)
+    outer = through or (
+        name if name in ctx.prepared_after else ctx.facts.flow.outer_name(name, call)
+    )
     if outer not in ctx.prepared_after:
         outer = _held_by_the_instance(ctx, name, call) or outer
     if outer not in ctx.prepared_after or outer in ctx.frozen:
@@ -511,6 +578,21 @@ def _prepared_model_named(ctx: Context, name: str, call: cst.Call) -> str | None
     ):
         return None
     return name
+
+
+def _model_through_partial(ctx: Context, name: str, call: cst.Call) -> str | None:
+    """``model`` for the parameter of ``evaluate(model, loader)`` that only ``partial(evaluate,
+    model)`` fills (the flow follows no call there, so it knows nothing of the parameter): the
+    one model name every such partial hands over."""
+    function = ctx.facts.placement.enclosing_function(call)
+    if function is None or "." in name or ctx.facts.flow.call_site_arguments(name, call):
+        return None
+    passed = partial_arguments(ctx.model, function, name) or []
+    outer = {dotted(argument.value) for argument in passed}
+    if len(outer) != 1 or None in outer:
+        return None
+    (found,) = outer
+    return found if ctx.facts.flow.kind_of(found, passed[0]) is Kind.MODEL else None
 
 
 def _held_by_the_instance(ctx: Context, name: str, call: cst.Call) -> str | None:
@@ -531,7 +613,7 @@ def _on_device_at_every_call(ctx: Context, parameter: str, outer: str, call: cst
     binding = next((b for b in ctx.model.of_kind(Kind.MODEL) if b.name == outer), None)
     handed = handed_on_before_prepare(ctx, outer, binding.statement) if binding else None
     moved_at = ctx.model.order(handed) if handed is not None else None
-    passed = ctx.facts.flow.call_site_arguments(parameter, call)
+    passed = _call_site_arguments(ctx, parameter, call)
     return bool(passed) and all(
         dotted(argument.value) == outer
         and (
@@ -679,7 +761,11 @@ def _made_on_host(
     name = dotted(value)
     if name is None or name == "self":
         return False
-    if _batch_of_a_whole_loader(ctx, name, at):
+    if (
+        _batch_of_a_whole_loader(ctx, name, at)
+        or _mapped_over_whole_loaders(ctx, name, at)
+        or _batch_of_handed_whole_loaders(ctx, name, at)
+    ):
         return True
     passed = _passed_for_parameter(ctx, name, at)
     if passed is not None:
@@ -790,7 +876,39 @@ def _passed_for_parameter(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.
         # rebound inside: what it holds at ``at`` is the rebinding that reaches it for sure
         # (``state = torch.tensor(state).float()`` above ``model(state)``), else not known
         return None if reaching_assignment(ctx, name, at) is not None else []
-    return ctx.facts.flow.call_site_arguments(name, at)
+    return _call_site_arguments(ctx, name, at)
+
+
+def _call_site_arguments(ctx: Context, parameter: str, at: cst.CSTNode) -> list[cst.Arg]:
+    """What the calls of the function around ``at`` pass for its ``parameter``, those made
+    through ``functools.partial`` included (``check = partial(evaluate, model)`` then
+    ``check(val_loader)``: ``model`` and ``val_loader``)."""
+    function = ctx.facts.placement.enclosing_function(at)
+    through = partial_arguments(ctx.model, function, parameter) if function is not None else []
+    if through is None:
+        return []  # a partial may fill it with what is not known here
+    return ctx.facts.flow.call_site_arguments(parameter, at) + through
+
+
+def _batch_of_handed_whole_loaders(ctx: Context, name: str, at: cst.CSTNode) -> bool:
+    """``x`` of ``for x, y in loader:`` in ``evaluate(model, loader)``, whose every call hands
+    ``loader`` a DataLoader the conversion leaves whole, also through ``functools.partial``
+    (``check(val_loader)`` after ``check = partial(evaluate, model)``, which the flow does not
+    follow): its batches are made on the host."""
+    root = name.split(".")[0]
+    for loop in ctx.model.ancestors(at):
+        if not isinstance(loop, cst.For) or root not in target_names(loop.target):
+            continue
+        iterated = dotted(loop.iter)
+        if (
+            iterated is None
+            or _trains(ctx, loop)
+            or ctx.facts.flow.call_site_arguments(iterated, loop)
+        ):
+            return False  # a call the flow follows: `_batch_of_a_whole_loader` judges it
+        passed = _passed_for_parameter(ctx, iterated, loop)
+        return bool(passed) and all(not a.star and _a_whole_loader(ctx, a.value, a) for a in passed)
+    return False
 
 
 def assigned_values(

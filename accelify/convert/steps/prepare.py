@@ -2864,7 +2864,8 @@ def _leave_loops_handed_whole(
     gather may be written in those loops (the whole set would be counted once per rank), so
     every other loader that reaches them stays whole too, with a review line at its loop."""
     functions: list[cst.FunctionDef] = []
-    for node in walk(site):
+    held = _held_values(ctx, site) if isinstance(site, cst.Call) else []
+    for node in [n for part in (site, *held) for n in walk(part)]:
         if isinstance(node, cst.Call):
             functions += ctx.facts.calls.targets(node)
         elif isinstance(node, (cst.Name, cst.Attribute)):
@@ -2902,8 +2903,34 @@ def _indirection_around(ctx: Context, node: cst.CSTNode) -> tuple[cst.CSTNode, s
             short = {n.rsplit(".", 1)[-1] for n in names}
             if short & _INDIRECT_CALLERS:
                 return current, f"{ctx.code(current.func)}()"
+            if _held_values(ctx, current):
+                return current, f"{ctx.code(current.func)}(), a function held in a variable"
         current = ctx.model.parent(current)
     return None
+
+
+def _held_values(ctx: Context, call: cst.Call) -> list[cst.BaseExpression]:
+    """What the variable ``call`` runs is bound to, when it is one no analysis resolves:
+    ``check`` of ``check = functools.partial(evaluate, model)`` then ``check(val_loader)``, or
+    of ``for name, check in checks.items()`` (its iterable). Empty for a function of the file,
+    an alias of one, a parameter or any other name."""
+    func = call.func
+    if not isinstance(func, cst.Name) or ctx.facts.calls.targets(call):
+        return []
+    function = ctx.facts.placement.enclosing_function(call)
+    if function is None or has_parameter(function, func.value):
+        return []
+    values: list[cst.BaseExpression] = []
+    for node in walk(function.body):
+        if ctx.facts.placement.enclosing_function(node) is not function:
+            continue
+        if isinstance(node, cst.Assign) and any(
+            func.value in target_names(t.target) for t in node.targets
+        ):
+            values.append(node.value)
+        elif isinstance(node, cst.For) and func.value in target_names(node.target):
+            values.append(node.iter)
+    return values
 
 
 def _stored_into_a_dict_entry(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.Assign]:

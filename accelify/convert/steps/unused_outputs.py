@@ -270,7 +270,7 @@ def _outputs_of(ctx: Context, call: cst.Call) -> OutputMembers:
         return None
     made = instance_class(ctx.model, name, call)
     if made is not None:
-        return members_behind_outputs(ctx.model, made)
+        return members_behind_outputs(ctx.model, made, call)
     built = {
         dotted(core.func)
         for assign in ctx.model.index.assignments_to(name)
