@@ -142,16 +142,9 @@ def _backward_of_class_or_bases(
             if reached is not None:
                 return reached
             continue
-        imported = other.imports.resolve(name) if name else None
-        if imported is None or "." not in imported.lstrip("."):
-            continue
-        module_name, _, member = imported.rpartition(".")
-        found = module_file(file, module_name)
-        if found is None:
-            continue
-        found, member = defining_module(found, member)
-        analysed = _analyzed(found)
-        if analysed is not None:
+        sibling = _sibling_definition(file, other, name)
+        if sibling is not None:
+            found, member, analysed = sibling
             reached = _backward_of_class_or_bases(found, analysed, member, depth + 1)
             if reached is not None:
                 return reached
@@ -440,19 +433,30 @@ def _annotated_classes(script: Path, model: ScriptModel) -> list[tuple[str, Path
     for node in walk(model.module):
         if not isinstance(node, cst.Param) or node.annotation is None:
             continue
-        name = dotted(node.annotation.annotation)
-        imported = model.imports.resolve(name) if name else None
-        if imported is None or "." not in imported.lstrip("."):
-            continue
-        module_name, _, defined = imported.rpartition(".")
-        file = module_file(script, module_name)
-        if file is None:
-            continue
-        file, defined = defining_module(file, defined)
-        other = _analyzed(file)
-        if other is not None:
-            found.append((defined, file, other))
+        defined = _sibling_definition(script, model, dotted(node.annotation.annotation))
+        if defined is not None:
+            file, name, other = defined
+            found.append((name, file, other))
     return found
+
+
+def _sibling_definition(
+    file: Path, model: ScriptModel, name: str | None
+) -> tuple[Path, str, ScriptModel] | None:
+    """Where a name this file imports from a module of its project is defined (following
+    re-exports, `defining_module`): that module's file, the name there and its analysis; None
+    for a name not imported, imported from outside the project, or a module that does not
+    parse."""
+    imported = model.imports.resolve(name) if name else None
+    if imported is None or "." not in imported.lstrip("."):
+        return None
+    module_name, _, member = imported.rpartition(".")
+    found = module_file(file, module_name)
+    if found is None:
+        return None
+    found, member = defining_module(found, member)
+    analysed = _analyzed(found)
+    return None if analysed is None else (found, member, analysed)
 
 
 def imported_output_members(siblings: list[SiblingCall]) -> dict[str, OutputMembers]:
