@@ -92,6 +92,13 @@ class ReducedRankOnlyTotal(Rule):
         + "    if accelerator.is_main_process:\n"
         + "        seen += 1\n"
         + "seen = accelerator.reduce(seen)\n",
+        # a batch entry refilled from itself, gathered on every rank (trlx's evaluate: the
+        # entry's fill reads the entry, followed once, not until the stack runs out)
+        HEADER
+        + "model, loader = accelerator.prepare(model, loader)\n"
+        + "for batch in loader:\n"
+        + "    batch['input_ids'] = batch['input_ids'].repeat_interleave(2, dim=0)\n"
+        + "    ids = accelerator.gather_for_metrics(batch['input_ids'])\n",
         # reduced under the same test: ACC202's hang, not this rule's
         _EVALUATION.format(fold=_ON_MAIN, reduction="").replace(
             "total = accelerator.reduce(total)\n",

@@ -209,6 +209,12 @@ class OwnValues:
         if not fills:
             return None
         for statement, value in fills:
+            # ``batch["ids"] = batch["ids"].repeat(2)``: the value reads the entry it refills,
+            # followed once
+            seen = (f"{base}[{key!r}]", id(statement))
+            if seen in self.seen:
+                continue
+            self.seen.add(seen)
             found = self.origin(value, statement, {}, depth, folded)
             if found is not None:
                 return base, found
