@@ -46,8 +46,9 @@ class LoadOnOneRank(Rule):
     it on the main process alone leaves the other ranks on their old weights. The gradients are
     still averaged, so every rank applies the same updates to different weights, and the
     replicas train apart with nothing said (an optimizer's state loaded so: each rank steps
-    with other moments). Before ``prepare`` the same guarded load is fine under DDP (the wrap
-    copies it to every rank), and a load after the last training step (the best weights
+    with other moments). Before ``prepare`` the same guarded load of a model is fine under DDP
+    (the wrap copies it to every rank), not of an optimizer or a scheduler, whose state the wrap
+    never copies (reported too); a load after the last training step (the best weights
     reloaded for a final evaluation on the main process) trains nothing, so neither is
     reported. ``accelerator.load_state`` under the same guard restores the main process's
     objects alone, the same way."""
@@ -106,8 +107,32 @@ class LoadOnOneRank(Rule):
             13,
             13,
         ),
+        # the optimizer's state loaded before prepare (fast-DiT's resume): the DDP wrap copies
+        # the model's weights, never the optimizer's moments
+        Example(
+            HEADER
+            + "import torch\n"
+            + "if accelerator.is_main_process:\n"
+            + "    state = torch.load('ckpt.pt')\n"
+            + "    model.load_state_dict(state['model'])\n"
+            + "    optimizer.load_state_dict(state['opt'])\n"
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "for x, y in loader:\n"
+            + "    accelerator.backward(model(x).sum())\n"
+            + "    optimizer.step()\n",
+            7,
+            5,
+        ),
     )
     good = (
+        # the optimizer's state loaded on every rank before prepare
+        HEADER
+        + "import torch\n"
+        + "state = torch.load('ckpt.pt')\n"
+        + "optimizer.load_state_dict(state['opt'])\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for x, y in loader:\n"
+        + "    accelerator.backward(model(x).sum())\n",
         # before prepare: the DDP wrap copies the main process's weights to every rank
         HEADER
         + "import torch\n"
@@ -162,7 +187,15 @@ class LoadOnOneRank(Rule):
             if not script.under_rank_guard(call):
                 continue
             name = _loaded_object(script, func.value, call)
-            if name is None or not _prepared_before(script, name, call):
+            if name is None:
+                continue
+            kind = _state_kind(script, name, call)
+            before = _prepared_before(script, name, call)
+            # an optimizer's or a scheduler's state loaded before the prepare that takes it:
+            # prepare copies no state of either to the other ranks
+            if not before and not (
+                kind in (Kind.OPTIMIZER, Kind.SCHEDULER) and _prepared_after(script, name, call)
+            ):
                 continue
             if not _trains_after(script, call, 0):
                 continue
@@ -175,7 +208,6 @@ class LoadOnOneRank(Rule):
                 if backends_in_view(script) != {DDP}
                 else ""
             )
-            kind = _state_kind(script, name, call)
             if kind is Kind.OPTIMIZER:
                 reason = (
                     "the other ranks keep their own optimizer state (moments, step counts), "
@@ -193,15 +225,20 @@ class LoadOnOneRank(Rule):
                     "DistributedDataParallel copies the main process's weights to the other "
                     "ranks only then, so they keep their old weights and the ranks train apart"
                 )
-            yield self.finding(
-                script,
-                call,
-                message=(
+            if not before:
+                message = (
+                    f"Load {name} on every rank (outside the rank test{where}): "
+                    f"{accelerator}.prepare copies the main process's model weights to the "
+                    f"other ranks but no {'optimizer' if kind is Kind.OPTIMIZER else 'scheduler'}"
+                    f"'s state, and {reason}"
+                )
+            else:
+                message = (
                     f"Load {name} on every rank (outside the rank test{where}): "
                     f"{accelerator}.prepare has already wrapped it, and {reason}; or load it "
                     f"before {accelerator}.prepare{sharded}"
-                ),
-            )
+                )
+            yield self.finding(script, call, message=message)
 
     def _through_a_helper(self, script: ScriptModel) -> Iterator[Finding]:
         """``if accelerator.is_main_process: load_checkpoint(model, path)`` where the file's
@@ -352,6 +389,18 @@ def _prepared_before(script: ScriptModel, name: str, call: cst.Call) -> bool:
     if function is not None and "." not in name:
         return facts.flow.parameter_prepared(function, name) is True
     return False
+
+
+def _prepared_after(script: ScriptModel, name: str, call: cst.Call) -> bool:
+    """A prepare call below ``call`` in its function (or both at the module's level) is
+    handed ``name``: what ``call`` loaded is what that prepare wraps."""
+    function = facts_of(script).placement.enclosing_function(call)
+    return any(
+        name in prepare.inputs
+        and facts_of(script).placement.enclosing_function(prepare.call) is function
+        and script.order(prepare.call) > script.order(call)
+        for prepare in script.prepare_calls
+    )
 
 
 def _trains_after(script: ScriptModel, node: cst.CSTNode, depth: int) -> bool:
