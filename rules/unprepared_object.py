@@ -2191,6 +2191,7 @@ def _sized_by_a_whole_loader(
         for b in script.of_kind(Kind.SCHEDULER)
         if b.name == name and isinstance(b.value, cst.Call)
     ]
+    bindings += [inner for b in bindings for inner in _built_by_a_method(script, b)]
     if any_binding:
         if any(PROCESS_COUNT.search(script.module.code_for_node(b.value)) for b in bindings):
             return None
@@ -2199,6 +2200,28 @@ def _sized_by_a_whole_loader(
     if len(bindings) != 1:
         return None
     return _sized_by_a_whole_loader_at(script, step, name, bindings[0])
+
+
+def _built_by_a_method(script: ScriptModel, binding: Binding) -> list[Binding]:
+    """``self.lr_scheduler = self.init_lr_scheduler()``: the scheduler bindings of the file's
+    method it calls whose name that method returns (``lr_scheduler = get_scheduler(...)``,
+    ``return lr_scheduler``), where the size is."""
+    target = script.call_graph.callee(binding.value)  # type: ignore[arg-type]
+    if target is None:
+        return []
+    method = target[0]
+    returned = {
+        node.value.value
+        for node in walk(method)
+        if isinstance(node, cst.Return) and isinstance(node.value, cst.Name)
+    }
+    return [
+        inner
+        for inner in script.of_kind(Kind.SCHEDULER)
+        if inner.name in returned
+        and isinstance(inner.value, cst.Call)
+        and facts_of(script).placement.enclosing_function(inner.assign) is method
+    ]
 
 
 def _sized_by_a_whole_loader_at(
@@ -2636,4 +2659,46 @@ def _values_feeding(
                     if script.scope_of(statement) is binding.scope
                     and script.order(statement) < built
                 ]
+            held = _held_on_self(script, node)
+            if held is not None and held not in seen and len(values) < 32:
+                seen.add(held)
+                values += _values_held_on_self(script, held, binding.assign, built)
     return values
+
+
+def _held_on_self(script: ScriptModel, node: cst.CSTNode) -> str | None:
+    """The code of ``self.steps_per_epoch`` or ``self.config["max_train_steps"]`` (a trainer
+    that keeps a scheduler's size on the instance), None for any other node."""
+    if isinstance(node, cst.Attribute):
+        name = dotted(node)
+        return name if name is not None and name.startswith("self.") else None
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        base = dotted(node.value)
+        if (
+            isinstance(index, cst.Index)
+            and isinstance(index.value, cst.SimpleString)
+            and base is not None
+            and base.startswith("self.")
+        ):
+            return script.module.code_for_node(node)
+    return None
+
+
+def _values_held_on_self(
+    script: ScriptModel, held: str, at: cst.CSTNode, built: int
+) -> list[cst.CSTNode]:
+    """What the methods of ``at``'s class assign to ``held`` (`_held_on_self`) above
+    ``built``: the constructor's ``self.config["max_train_steps"] = epochs * per_epoch`` for a
+    scheduler a method below it builds."""
+    owner = script.index.nearest(at, cst.ClassDef)
+    if owner is None:
+        return []
+    return [
+        assign.value
+        for assign in script.index.of_type((cst.Assign,))
+        if isinstance(assign, cst.Assign)
+        and script.order(assign) < built
+        and script.index.nearest(assign, cst.ClassDef) is owner
+        and any(_held_on_self(script, target.target) == held for target in assign.targets)
+    ]

@@ -20,3 +20,46 @@ def test_an_exit_in_the_batch_loop_names_the_next_batchs_backward_not_the_evalua
     [finding] = [f for f in lint(EXIT_IN_THE_BATCH_LOOP, "ACC210").findings]
     assert (finding.line, finding.code) == (8, "ACC210")
     assert "collective at line 6 " in finding.message, finding.message
+
+
+#: A trainer base class (lintreal44, read_file id 29176862081) that sizes its scheduler from the
+#: loader before its constructor prepares it, keeping the size on the instance, and builds the
+#: scheduler in a method.
+TRAINER_SIZING_ITS_SCHEDULER_ON_THE_INSTANCE = (
+    "import math\n"
+    "from accelerate import Accelerator\n"
+    "from transformers import get_scheduler\n"
+    "\n"
+    "\n"
+    "class BaseTrainTool:\n"
+    "    def __init__(self, config, model, optimizer, loader):\n"
+    "        self.config = config\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer, self.train_dataloader = model, optimizer, loader\n"
+    "        self.steps_per_epoch = math.ceil(len(self.train_dataloader) / 2)\n"
+    '        self.config["max_train_steps"] = self.config["epochs"] * self.steps_per_epoch\n'
+    "        self.lr_scheduler = self.init_lr_scheduler()\n"
+    "        self.model, self.optimizer, self.train_dataloader = self.accelerator.prepare(\n"
+    "            self.model, self.optimizer, self.train_dataloader)\n"
+    "\n"
+    "    def init_lr_scheduler(self):\n"
+    "        lr_scheduler = get_scheduler(\n"
+    '            "linear", self.optimizer, 0, self.config["max_train_steps"])\n'
+    "        return lr_scheduler\n"
+    "\n"
+    "    def train_epoch(self):\n"
+    "        for batch in self.train_dataloader:\n"
+    "            self.accelerator.backward(self.model(**batch).loss)\n"
+    "            self.optimizer.step()\n"
+    "            self.lr_scheduler.step()\n"
+    "            self.optimizer.zero_grad()\n"
+)
+
+
+def test_a_scheduler_sized_on_the_instance_before_prepare_names_the_len_that_sized_it():
+    """The size reaches the scheduler through ``self.config["max_train_steps"]`` and the method
+    that builds it; the finding names the ``len()`` of the unprepared loader, not a bare
+    'unprepared'."""
+    [finding] = lint(TRAINER_SIZING_ITS_SCHEDULER_ON_THE_INSTANCE, "ACC401").findings
+    assert (finding.line, finding.code) == (26, "ACC401")
+    assert "sized from len(self.train_dataloader) at line 11" in finding.message, finding.message
