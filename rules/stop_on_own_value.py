@@ -769,6 +769,21 @@ class StopOnOwnValue(Rule):
         Example(_DRAWN_STOP.format(fold=""), 36, 17),
         # the early stop reads the hit rate evaluate() returns second: this rank's shard's
         Example(_UNPACKED_STOP.format(tested="hit_rate"), 35, 21),
+        # the validation loss from a loss method the base trainer leaves to its subclasses
+        # (``raise NotImplementedError``): the override computes it from this rank's batch
+        # (lintreal44, read_file id 29176862081)
+        Example(
+            _BEST_SAVE.replace(
+                "torch.nn.functional.mse_loss(self.model(x), y).item()",
+                "self.cal_loss(x, y).item()",
+            ).replace(
+                "    def fit(self, epochs):\n",
+                "    def cal_loss(self, x, y):\n        raise NotImplementedError\n\n"
+                "    def fit(self, epochs):\n",
+            ),
+            31,
+            13,
+        ),
     )
     good = (
         # the loader ran out: a prepared loader's shards run out on the same pass

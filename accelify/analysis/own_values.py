@@ -104,7 +104,7 @@ class OwnValues:
                 found = self._through_callee(call, depth, folded)
                 if found is not None:
                     return found
-                if isinstance(call, cst.Call) and callee(self.script, call) is not None:
+                if self._returns_followed(call):
                     followed |= {id(node) for node in walk(call) if node is not call}
         outside = {
             dotted(node)
@@ -317,6 +317,15 @@ class OwnValues:
             for name, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
         }
         return bound, tuples
+
+    def _returns_followed(self, call: cst.CSTNode) -> bool:
+        """``call`` runs a function of the file that returns a value (followed by
+        `_through_callee`, with its parameters bound to the call's arguments). A method that
+        returns nothing here (``def cal_loss(self, batch): raise NotImplementedError``, which
+        a subclass overrides) is read as any call the file does not define: from its
+        arguments."""
+        target = callee(self.script, call) if isinstance(call, cst.Call) else None
+        return target is not None and bool(self.script.index.own_returns(target[0]))
 
     def _through_callee(
         self, call: cst.CSTNode, depth: int, folded: cst.CSTNode | None
