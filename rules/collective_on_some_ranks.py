@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.buffered_models import forward_syncs_buffers
-from accelify.analysis.collective_reach import CollectiveUse
+from accelify.analysis.collective_reach import CollectiveUse, LoaderPass
 from accelify.analysis.collectives import FSDP, backends_in_view, named
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
@@ -11,6 +11,24 @@ from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, in_file_words
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
+
+#: A prepared DataLoader that shuffles (``{shuffle}``), read on the main process alone
+#: (``{probe}``: a loop, or a helper's call that makes it).
+_MAIN_ONLY_PASS = (
+    "from accelerate import Accelerator\nfrom torch.utils.data import DataLoader\n\n\n"
+    "def count_all(batches):\n"
+    "    n = 0\n"
+    "    for x, y in batches:\n"
+    "        n += len(x)\n"
+    "    return n\n\n\n"
+    "accelerator = Accelerator()\n"
+    "loader = DataLoader(data, batch_size=8, {shuffle})\n"
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "for x, y in loader:\n"
+    "    accelerator.backward(model(x).sum())\n"
+    "if accelerator.is_main_process:\n"
+    "    {probe}\n"
+)
 
 #: A model with a BatchNorm, trained under DDP (`_EVALUATE` and `_MAIN_ONLY` follow it).
 _BUFFERED = (
@@ -249,7 +267,12 @@ class CollectiveOnSomeRanks(Rule):
     backend counts when the script names it, also through its own flag (``--deepspeed``,
     ``args.use_fsdp``). Those ranks wait for the others, who never arrive: the job hangs until
     the timeout, 30 minutes later. A guard that lets every rank in where the call is a collective
-    (``is_main_process or distributed_type == DistributedType.DEEPSPEED``) is right."""
+    (``is_main_process or distributed_type == DistributedType.DEEPSPEED``) is right. A pass
+    over a prepared DataLoader is one too where it starts with a collective
+    (`analysis.loader_passes`: a loader that shuffles broadcasts rank 0's seed, dispatched
+    batches are broadcast), reported at the loop, or at the call of the file's function that
+    iterates it; one that reads its data in order meets nobody (measured on 2 CPU ranks, HF
+    Accelerate and accelify)."""
 
     code = "ACC202"
     name = "collective-on-some-ranks"
@@ -258,6 +281,21 @@ class CollectiveOnSomeRanks(Rule):
     )
     why = "Collectives complete only when every rank calls them."
     bad = (
+        # a shuffled prepared loader read on the main process alone: its pass starts with a
+        # broadcast of rank 0's seed (hangs on 2 ranks, HF Accelerate 1.15 and accelify)
+        Example(
+            _MAIN_ONLY_PASS.format(
+                shuffle="shuffle=True", probe="for x, y in loader:\n        print(x.shape)"
+            ),
+            18,
+            5,
+        ),
+        # ... through a helper handed the loader, called on the main process alone
+        Example(
+            _MAIN_ONLY_PASS.format(shuffle="shuffle=True", probe="print(count_all(loader))"),
+            18,
+            11,
+        ),
         # the subclass's override reduces: a Trainer's fit runs it on the main process only
         Example(
             _SUBCLASS_EVALUATES.format(
@@ -581,6 +619,15 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # a prepared loader that reads in order meets nobody as its pass starts (ACC403 says
+        # what the main process's total misses); and a shuffled one iterated unprepared
+        _MAIN_ONLY_PASS.format(
+            shuffle="shuffle=False", probe="for x, y in loader:\n        print(x.shape)"
+        ),
+        _MAIN_ONLY_PASS.format(shuffle="shuffle=False", probe="print(count_all(loader))"),
+        _MAIN_ONLY_PASS.format(
+            shuffle="shuffle=True", probe="for x, y in loader:\n        print(x.shape)"
+        ).replace("model, optimizer, loader =", "model, optimizer, train_dl ="),
         # ... stage 2: every rank holds the whole weights, no gather (lintfix24)
         _SPELLED_DS_CONFIG.format(stage=2),
         # ... and set to another literal stage under 3 later, or another setting changed:
@@ -864,6 +911,32 @@ class CollectiveOnSomeRanks(Rule):
                     ", and the other ranks never reach it (hang)"
                 )
             yield self.finding(script, use.call, message=text + _guard_note(script, use.call))
+        for loader_pass in facts_of(script).loader_passes:
+            yield self.finding(script, loader_pass.node, message=_pass_advice(script, loader_pass))
+
+
+def _pass_advice(script: ScriptModel, loader_pass: LoaderPass) -> str:
+    """A pass over a prepared DataLoader made on some ranks: every rank makes it (the main
+    process's share gathered), or these ranks iterate the DataLoader from before prepare."""
+    loader = loader_pass.loader
+    instead = "hand it" if loader_pass.handed else "have it iterate"
+    if isinstance(loader_pass.node, cst.Call):
+        text = (
+            f"Call {_called(loader_pass.node)}() on every rank (gather what the main process "
+            f"needs with accelerator.gather_for_metrics), or {instead} the DataLoader from "
+            f"before prepare: it iterates the prepared {loader} (line "
+            f"{script.line(loader_pass.loop)}); "
+            f"{loader_pass.why}, a collective the other ranks never join (hang)"
+        )
+    else:
+        text = (
+            f"Iterate {loader} on every rank (gather what the main process needs with "
+            "accelerator.gather_for_metrics), or iterate the DataLoader from before prepare "
+            f"here: {loader} is prepared; {loader_pass.why}, a collective the other ranks never "
+            "join (hang)"
+        )
+    node = loader_pass.node
+    return in_file_words(text, accelerator_name(script, node)) + _guard_note(script, node)
 
 
 def _unwrap_advice(script: ScriptModel, use: CollectiveUse) -> str:
@@ -890,7 +963,7 @@ def _unwrap_advice(script: ScriptModel, use: CollectiveUse) -> str:
     return in_file_words(text, accelerator_name(script, use.call))
 
 
-def _guard_note(script: ScriptModel, call: cst.Call) -> str:
+def _guard_note(script: ScriptModel, call: cst.CSTNode) -> str:
     """Where the other ranks part from ``call`` when the guard is not an ``if`` around it:
     an early ``return`` above it on some ranks (a PPO trainer's ``if not
     accelerator.is_main_process: return 0``), or a test that names no rank but reads what a

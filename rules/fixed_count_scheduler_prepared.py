@@ -125,7 +125,8 @@ class FixedCountSchedulerPrepared(Rule):
     ACC408's), a ``range`` (or a ``while step < n``) bounded by ``len()`` of a DataLoader or by
     ``num_processes``, a ``while`` loop with no counter held to a bound, a schedule sized with
     ``num_processes``, a ``step(epoch)``, an Accelerator with ``split_batches=True`` or made
-    elsewhere (its settings are not in the file)."""
+    where the project does not show it (one handed in as a parameter by the project's other
+    modules is read where they make it)."""
 
     code = "ACC410"
     name = "fixed-count-scheduler-prepared"

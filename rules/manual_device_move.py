@@ -9,6 +9,7 @@ from accelify.analysis.device_moves import (
     is_identity_assignment,
     is_pure_move,
     moved_to,
+    moves_to_cpu,
     saved_whole,
 )
 from accelify.analysis.script_model import Kind, ScriptModel
@@ -49,9 +50,13 @@ _DICT_STEP = (
 
 class ManualDeviceMove(Rule):
     """A prepared model, or a batch from a prepared DataLoader, moved to a fixed device:
-    ``.cuda(0)``, ``.to("cuda:0")``, ``.to("cpu")``. Prepare placed them on this rank's device;
-    the move sends every rank's copy to the same GPU (or off the GPU), where the DDP wrapper
-    and the other ranks' tensors are not. Moved to a hard-coded CUDA device (``.cuda()``,
+    ``.cuda(0)``, ``.to("cuda:0")``. Prepare placed them on this rank's device; the move sends
+    every rank's copy to the same GPU, where the DDP wrapper and the other ranks' tensors are
+    not. The prepared model moved to the CPU (``.to("cpu")``) is reported too: on GPUs the DDP
+    wrapper's forward sends its inputs back to the rank's device, where the parameters no
+    longer are. A batch's tensor taken to the CPU (``y.to("cpu")`` for logging, metrics or
+    NumPy) is not: each process has host memory of its own, and the move is what the code
+    after it needs. Moved to a hard-coded CUDA device (``.cuda()``,
     ``.to("cuda")``, ``.to(device)`` after ``device = torch.device("cuda")``), it is already
     there on GPUs and the script crashes where there is no CUDA (``--cpu``, MPS), the runs the
     Accelerator's choice of device exists for. A move to ``accelerator.device`` or another
@@ -128,6 +133,7 @@ class ManualDeviceMove(Rule):
             + 'import torch\ndevice = torch.device("cuda")\nfor xb, yb in loader:\n    pass\n',
         ),
         Example(_PREPARED + "model.cuda()\n", 4, 1, _PREPARED),
+        Example(_PREPARED + "model.to('cpu')\n", 4, 1, _PREPARED),
         # lintreal42 (a TorchIO segmentation trainer): the parts of a nested dict batch, taken
         # out under accumulate() and moved to a hard-coded CUDA device
         Example(
@@ -183,6 +189,13 @@ class ManualDeviceMove(Rule):
         + "def main_dev():\n    model = Net()\n"
         + "    model.load_state_dict(torch.load('best.pt'))\n    model = model.cuda()\n",
         _PREPARED + "for x, y in loader:\n    y_hat = model(x)\n",
+        # a batch's tensors taken to host memory for logging and NumPy metrics: no device bug
+        _PREPARED
+        + "import torch\nfor x, y in loader:\n"
+        + "    labels = y.to('cpu')\n    logged.append(labels)\n"
+        + "    feats = x.to(torch.device('cpu')).numpy()\n",
+        _PREPARED
+        + "for batch in loader:\n    batch = batch.to('cpu')\n    stats.append(batch.numpy())\n",
         # an EMA copy that was never prepared, kept on the GPU on purpose
         _PREPARED + "import copy\nema = copy.deepcopy(model)\nema.to('cuda')\n",
         _PREPARED
@@ -235,6 +248,8 @@ class ManualDeviceMove(Rule):
                 continue  # the wrapper pickled whole: ACC503 unwraps it, which keeps the move
             batches = batch_names_of(script, call, names)
             batches |= _batch_parts(script, call, names, batches)
+            if moves_to_cpu(call) and dotted(func.value) not in names:
+                continue  # a batch's tensor taken to host memory (logging, metrics, NumPy)
             if _over_a_batch(script, call, batches):
                 # ``{k: v.to(device) for k, v in batch.items()}``: no removal leaves clean code
                 yield self.finding(script, call, None, message=None if fixed else _CUDA_MESSAGE)

@@ -50,8 +50,9 @@ class PerEpochSchedulerPrepared(Rule):
     ``save_state``). A scheduler also stepped per batch (in another branch) is reported too. Not
     reported: a scheduler stepped only per batch, one created after prepare from
     the prepared optimizer and not prepared, a schedule sized with ``num_processes``, an
-    Accelerator with ``split_batches=True`` or made elsewhere (its settings are not in the
-    file)."""
+    Accelerator with ``split_batches=True`` or made where the project does not show it (an
+    Accelerator handed in as a parameter by the project's other modules is read where they
+    make it: `scheduler_preparation.steps_once_per_process`)."""
 
     code = "ACC408"
     name = "per-epoch-scheduler-prepared"

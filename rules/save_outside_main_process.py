@@ -247,6 +247,21 @@ class SaveOutsideMainProcess(Rule):
             7,
             1,
         ),
+        # lintfix30: a run's memory report written through its handle by every rank, named by
+        # this rank's measured speed (the clock) and memory: ranks that measure alike collide
+        Example(
+            HEADER + "import time\nimport torch\n"
+            "model, loader = accelerator.prepare(model, loader)\n"
+            "start = time.time()\n"
+            "for x in loader:\n    accelerator.backward(model(x).sum())\n"
+            "speed = (time.time() - start) / len(loader)\n"
+            "used = torch.cuda.memory_allocated()\n"
+            "name = f'memory_{round(used / 2**30, 1)}_{round(speed * 1000, 2)}.txt'\n"
+            "with open(name, 'w') as f:\n"
+            "    f.write(torch.cuda.memory_summary())\n",
+            13,
+            5,
+        ),
     )
     good = (
         # review10b: a file per rank named from the launcher's variable (each rank's RNG state,
@@ -510,9 +525,18 @@ def _helper_message(script: ScriptModel, effect: RepeatedEffect) -> str:
 
 
 def _clock_path_message(script: ScriptModel, effect: RepeatedEffect, clock: cst.Call) -> str:
-    """A path made from the clock on every rank: a main-process guard would leave the other
-    ranks reading back a file of their own that nobody wrote, so the path is what to fix."""
+    """A path made from the clock on every rank (a timestamp, a measured speed): ranks that
+    read the same time write one file, the others a file each. Read back, a main-process guard
+    would leave the other ranks reading a file of their own that nobody wrote, so the path is
+    what to fix; not read back (a run's memory report), one rank's file may be enough."""
     accelerator = accelerator_name(script, effect.reported)
+    if not facts_of(script).read_after(effect.reported):
+        return (
+            f"Put {accelerator}.process_index in this path, or open and write the file on the "
+            f"main process only: the path is made from the clock on every rank "
+            f"({dotted(clock.func)}, line {script.line(clock)}), so ranks that read the same "
+            "time write the same file at once and race"
+        )
     return (
         f"Make this path one for the whole run (made once before the ranks start, or on the "
         f"main process and shared with broadcast_object_list), or put "

@@ -14,8 +14,8 @@ from accelify.analysis.idle_members import (
     sometimes_idle_members,
 )
 from accelify.analysis.objects import bound_arguments, instance_class, received_classes
-from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, self_parameter, walk
+from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.syntax import dotted, self_parameter, strip_self_methods, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 _HANDLER = "kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)]"
@@ -255,6 +255,8 @@ class UnusedParametersUnderDdp(Rule):
                 why = next(
                     (w for c in classes if (w := _why_idle(script, c, names)) is not None), None
                 )
+                if why is None and not classes:
+                    why = _why_imported_idle(script, argument.value, name, names, prepare.call)
                 if why is not None:
                     yield self.finding(
                         script, prepare.call, message=f"{self.message.split(':')[0]}: {why}"
@@ -290,9 +292,18 @@ def _classes_of(
     if isinstance(value, cst.Call):
         made = dotted(value.func)
         return [made] if made in script.classes else []
-    if not name:
+    binding = _model_binding(script, name, at)
+    if binding is None:
         return []
-    binding = next(
+    made = instance_class(script, name, binding.assign)
+    return [made] if made is not None else sorted(received_classes(script, binding))
+
+
+def _model_binding(script: ScriptModel, name: str, at: cst.CSTNode) -> Binding | None:
+    """The last binding of the model ``name`` above ``at``."""
+    if not name:
+        return None
+    return next(
         (
             b
             for b in reversed(script.of_kind(Kind.MODEL))
@@ -300,10 +311,34 @@ def _classes_of(
         ),
         None,
     )
-    if binding is None:
-        return []
-    made = instance_class(script, name, binding.assign)
-    return [made] if made is not None else sorted(received_classes(script, binding))
+
+
+def _why_imported_idle(
+    script: ScriptModel, value: cst.BaseExpression, name: str, names: set[str], at: cst.CSTNode
+) -> str | None:
+    """A prepare argument made by a class the file imports from another module of the project
+    (``from models import Net``, ``model = Net()``), read in that module: the members its
+    forward never computes with (`idle_members`), named with that module's file and line."""
+    if script.project is None:
+        return None
+    if not isinstance(value, cst.Call):
+        binding = _model_binding(script, name, at)
+        value = binding.value if binding is not None else value
+    made = strip_self_methods(value)
+    called = dotted(made.func) if isinstance(made, cst.Call) else None
+    if called is None or called in script.classes:
+        return None
+    found = script.project.class_imported_by(script, called, script.project.path)
+    if found is None:
+        return None
+    other, defined, path = found
+    frozen = _frozen_members(script, names) | _frozen_members(other, set())
+    frozen |= _reached_from_outside(script)
+    idle = [(m, n) for m, n in idle_members(other, defined.name.value) if m not in frozen]
+    if not idle:
+        return None
+    members = ", ".join(f"self.{m} ({path.name}, line {other.line(n)})" for m, n in idle)
+    return f"{called}'s forward computes no gradient for {members} in any step"
 
 
 def _why_idle(script: ScriptModel, made_by: str, names: set[str]) -> str | None:

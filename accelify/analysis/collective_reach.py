@@ -19,10 +19,12 @@ from accelify.analysis.collectives import (
     collective_backends,
 )
 from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.loader_passes import pass_collective
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import bound_value, dotted, statement_lines, walk
+from accelify.analysis.syntax import bound_value, dotted, has_parameter, statement_lines, walk
 
 _PREPARED_KINDS = frozenset({Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.ACCELERATOR})
 
@@ -37,6 +39,19 @@ class CollectiveUse:
     @property
     def through_helper(self) -> bool:
         return self.call is not self.collective
+
+
+@dataclass(frozen=True)
+class LoaderPass:
+    """A pass over a prepared DataLoader that starts with a collective (`loader_passes`), which
+    some ranks do not make."""
+
+    node: cst.For | cst.Call  # the loop, or the call of the file's function that runs it
+    loop: cst.For
+    loader: str  # the prepared DataLoader, by the name the loop or the call spells
+    why: str  # what the pass does with the other ranks (`pass_collective`)
+    skipped_on: frozenset[str]
+    handed: bool = False  # the function iterates the loader its call hands it
 
 
 class CollectiveReach:
@@ -64,6 +79,59 @@ class CollectiveReach:
                     skipped = frozenset()
                 found.append(CollectiveUse(call, collective, backends, skipped))
         return found
+
+    def loader_passes(self) -> list[LoaderPass]:
+        """Passes over a prepared DataLoader whose start is a collective (a shuffling loader's
+        seed broadcast, dispatched batches) that some ranks skip: the loop under a rank test,
+        or the call of a function of the file that iterates the loader it is handed, made
+        under one (every rank that runs the function makes the pass)."""
+        found: list[LoaderPass] = []
+        for loop in self.model.loops:
+            node = loop.node
+            if not isinstance(node, cst.For) or loop.iterable is None:
+                continue
+            function = self.placement.enclosing_function(node)
+            if function is None or not has_parameter(function, loop.iterable):
+                why = pass_collective(self.model, loop.iterable)
+                if why is None:
+                    continue
+                skipped = self._skipped(node)
+                if skipped:
+                    found.append(LoaderPass(node, node, loop.iterable, why, skipped))
+                    continue
+                for call, _ in self.flow.calls_of(function) if function is not None else ():
+                    skipped = self._skipped(call)
+                    if skipped:  # ``def probe(): for x in probe_loader``, run on one rank
+                        found.append(LoaderPass(call, node, loop.iterable, why, skipped))
+                continue
+            everywhere = not self._skipped(node, within=function)
+            for call, implicit in self.flow.calls_of(function):
+                handed = next(
+                    (
+                        dotted(argument.value)
+                        for parameter, argument in bound_arguments(function, call, implicit)
+                        if parameter == loop.iterable
+                    ),
+                    None,
+                )
+                why = pass_collective(self.model, handed) if handed is not None else None
+                if why is None:
+                    continue
+                reported: cst.For | cst.Call = call if everywhere else node
+                skipped = self._skipped(reported)
+                if skipped:
+                    found.append(LoaderPass(reported, node, handed, why, skipped, handed=True))
+                    if not everywhere:
+                        break  # the loop's own rank test: one finding at the loop
+        return found
+
+    def _skipped(self, node: cst.CSTNode, within: cst.CSTNode | None = None) -> frozenset[str]:
+        """The backends on which some ranks reach ``node`` and others do not."""
+        return (
+            EVERY_BACKEND
+            - self.guards.agreed_on(node, within=within)
+            - self.guards.reached_by_none(node, within=within)
+        )
 
     def skipped_but_for(
         self, use: CollectiveUse, leaving: tuple[cst.CSTNode, ...]

@@ -308,6 +308,15 @@ def fixed_device(call: cst.Call) -> bool:
     return False
 
 
+def moves_to_cpu(call: cst.Call) -> bool:
+    """``.to("cpu")``, ``.to(torch.device("cpu"))``: off the accelerator, to host memory, which
+    each process has of its own (a tensor taken there for logging or metrics)."""
+    device = moved_to(call)
+    if isinstance(device, cst.Call) and dotted(device.func) == "torch.device" and device.args:
+        device = device.args[0].value if len(device.args) == 1 else None
+    return isinstance(device, cst.SimpleString) and str(device.evaluated_value) == "cpu"
+
+
 def _fixed_literal(node: cst.SimpleString) -> bool:
     text = str(node.evaluated_value)
     return text == "cpu" or (text.startswith("cuda:") and text[5:].isdigit())

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis.accumulation import ManualAccumulation, find_manual_accumulation
-from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
+from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse, LoaderPass
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.helper_evaluation import HelperEvaluation, helper_evaluation_of
@@ -129,6 +129,11 @@ class Facts:
     def collective_uses(self) -> list[CollectiveUse]:
         """Calls that are or reach a collective, and the backends some ranks skip them on."""
         return self.collective_reach.uses()
+
+    @cached_property
+    def loader_passes(self) -> list[LoaderPass]:
+        """Passes over a prepared DataLoader that start with a collective, on some ranks only."""
+        return self.collective_reach.loader_passes()
 
     def synchronising_call(
         self, function: cst.FunctionDef, everywhere: bool = False

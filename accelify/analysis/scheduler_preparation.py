@@ -19,6 +19,7 @@ from accelify.analysis.syntax import (
     all_params,
     assigned_targets,
     dotted,
+    has_parameter,
     is_accelerator_call,
     root_name,
     updated_with,
@@ -36,18 +37,56 @@ PROCESS_COUNT = re.compile(r"num_processes|world_size")
 _DEPTH = 2
 
 
-def steps_once_per_process(script: ScriptModel) -> bool:
+def steps_once_per_process(script: ScriptModel, depth: int = 0) -> bool:
     """Every Accelerator of the file is made here with Accelerate's defaults for stepping
     schedulers: ``step_scheduler_with_optimizer=True`` and ``split_batches=False``, no settings
-    unpacked from elsewhere."""
+    unpacked from elsewhere; or the file makes none and prepares with the one its callers in the
+    project's other modules hand it, made there so (`_handed_with_defaults`)."""
     if _SETTINGS.search(script.source):
         return False
     made = [call for call in script.calls if is_accelerator_call(call)]
-    return bool(made) and all(
+    if not made:
+        return _handed_with_defaults(script, depth)
+    return all(
         argument.keyword is not None and not argument.star
         for call in made
         for argument in call.args
     )
+
+
+def _handed_with_defaults(script: ScriptModel, depth: int) -> bool:
+    """Each ``prepare`` of the file is called on a parameter of its function (``def
+    fit(accelerator, model, ...)``), and every call of that function, all of them in the
+    project's other modules, hands it an Accelerator that module makes with the defaults
+    (`steps_once_per_process` of that module): its settings are those of the caller's."""
+    project = script.project
+    if project is None or not script.prepare_calls or depth > _DEPTH:
+        return False
+    functions: dict[int, tuple[cst.FunctionDef, str]] = {}
+    for prepare in script.prepare_calls:
+        func = prepare.call.func
+        receiver = dotted(func.value) if isinstance(func, cst.Attribute) else None
+        function = script.index.enclosing_function(prepare.call)
+        if receiver is None or function is None or not has_parameter(function, receiver):
+            return False
+        functions[id(function)] = (function, receiver)
+    for function, parameter in functions.values():
+        if script.call_graph.calls_of(function):
+            return False  # called here too, with what this file holds
+        callers = project.callers_of(function)
+        if not callers:
+            return False
+        for caller, call, _ in callers:
+            handed = next(
+                (a.value for p, a in bound_arguments(function, call) if p == parameter), None
+            )
+            if (
+                handed is None
+                or dotted(handed) not in caller.names_of(Kind.ACCELERATOR)
+                or not steps_once_per_process(caller, depth + 1)
+            ):
+                return False
+    return True
 
 
 def prepared_schedulers(script: ScriptModel) -> dict[str, cst.Arg]:

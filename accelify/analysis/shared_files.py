@@ -650,11 +650,14 @@ class SharedFiles:
 
     def _written_path(self, write: cst.Call) -> tuple[cst.BaseExpression, cst.CSTNode] | None:
         """The path ``write`` writes, and the statement that writes it: the call itself, or the
-        ``with open(path, "w") as f`` whose handle it is handed (``json.dump(data, f)``)."""
+        ``with open(path, "w") as f`` whose handle it is handed (``json.dump(data, f)``) or
+        writes through (``f.write(report)``)."""
         path = _path(self.model, write, WRITERS, WRITING_METHODS)
         if path is not None:
             return path, write
         handles = {dotted(argument.value) for argument in write.args} - {None}
+        if isinstance(write.func, cst.Attribute):
+            handles.add(dotted(write.func.value))
         for ancestor in self.model.ancestors(write):
             if not isinstance(ancestor, cst.With):
                 continue

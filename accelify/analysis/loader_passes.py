@@ -1,0 +1,93 @@
+"""Prepared DataLoaders whose every pass starts with a collective.
+
+Iterating a prepared DataLoader is each rank's own work, except where the loader must agree on
+something with the other ranks as a pass starts. HF Accelerate's ``DataLoaderShard.__iter__``
+synchronises its sampler's generator (``synchronize_rng_states``: a ``broadcast`` from rank 0)
+when the DataLoader shuffles (a ``RandomSampler``, ``shuffle=True``); accelify's runtime
+broadcasts rank 0's seed for that pass the same way (`runtime/data.py`). With
+``dispatch_batches=True`` rank 0 reads every batch and broadcasts it. A loader that reads its
+data in order (``shuffle=False``, an evaluation loader) meets nobody: measured on 2 CPU ranks
+(HF Accelerate 1.15 and accelify), a main-process-only pass over it returns, over a shuffled
+one it hangs in the broadcast.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, strip_self_methods
+
+_SHUFFLING_SAMPLERS = frozenset(
+    {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}
+)
+#: Where a script turns on dispatched batches (rank 0 reads, then broadcasts each batch).
+_DISPATCH_SETTINGS = ("Accelerator", "DataLoaderConfiguration")
+
+
+def pass_collective(script: ScriptModel, loader: str) -> str | None:
+    """What each pass over the prepared DataLoader ``loader`` (a name ``prepare`` returned)
+    does with the other ranks as it starts, in words for advice: its DataLoader, as the file
+    builds it, shuffles, or the script dispatches batches. None where it meets nobody, or the
+    file does not show the loader being built."""
+    if _dispatches_batches(script):
+        return "with dispatch_batches=True, rank 0 reads every batch and broadcasts it"
+    source = _prepared_from(script, loader)
+    if source is not None and _shuffles(script, source):
+        return "it shuffles, and each pass starts with a broadcast of rank 0's shuffling seed"
+    return None
+
+
+def _prepared_from(script: ScriptModel, loader: str) -> str | None:
+    """The name ``prepare`` took the DataLoader ``loader`` from (``train_dl =
+    accelerator.prepare(train_loader)``: ``train_loader``)."""
+    for prepare in script.prepare_calls:
+        for index, output in enumerate(prepare.outputs):
+            if output == loader and index < len(prepare.inputs) and prepare.inputs[index]:
+                return prepare.inputs[index]
+    return None
+
+
+def _shuffles(script: ScriptModel, name: str) -> bool:
+    """Every DataLoader the file binds to ``name`` is built shuffling: ``shuffle=True`` or a
+    ``RandomSampler`` as its ``sampler=``."""
+    made = [
+        strip_self_methods(binding.value)
+        for binding in script.of_kind(Kind.DATALOADER)
+        if binding.name == name
+    ]
+    return bool(made) and all(
+        isinstance(value, cst.Call) and _shuffling_call(script, value) for value in made
+    )
+
+
+def _shuffling_call(script: ScriptModel, call: cst.Call) -> bool:
+    for argument in call.args:
+        keyword = argument.keyword.value if argument.keyword is not None else None
+        if keyword == "shuffle" and dotted(argument.value) == "True":
+            return True
+        value = argument.value
+        if (
+            keyword == "sampler"
+            and isinstance(value, cst.Call)
+            and script.call_names(value) & _SHUFFLING_SAMPLERS
+        ):
+            return True
+    return False
+
+
+def _dispatches_batches(script: ScriptModel) -> bool:
+    """``Accelerator(dispatch_batches=True)`` or ``DataLoaderConfiguration(dispatch_batches=
+    True)`` in the file."""
+    for call in script.calls:
+        called = dotted(call.func) or ""
+        if not called.endswith(_DISPATCH_SETTINGS):
+            continue
+        for argument in call.args:
+            if (
+                argument.keyword is not None
+                and argument.keyword.value == "dispatch_batches"
+                and dotted(argument.value) == "True"
+            ):
+                return True
+    return False
