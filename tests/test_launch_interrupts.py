@@ -309,6 +309,43 @@ def test_a_stop_says_what_each_rank_was_doing_as_it_came(tmp_path: Path) -> None
     )
 
 
+def test_a_stop_reads_again_a_record_caught_mid_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank writes its record in place, its generation odd while a write is under way; a
+    rank descheduled inside a write (a loaded machine) leaves it so for a while. The stop read
+    the records once: such a rank had no line at all. Now a torn record is read again until
+    it is whole (here the write ends as the stop first finds it torn); one that stays torn
+    (its rank killed mid-write) is left out after `watch.TORN_WAIT`."""
+    directory = collective_record.attempt_directory(tmp_path, 0)
+    ranks = [collective_record._Recorder(directory, rank, ()) for rank in (0, 1)]
+    writing, read = ranks[1], collective_record.read
+    whole = writing._generation
+
+    def the_write_ends_once_read_torn(directory: Path, rank: int) -> Record | None:
+        record = read(directory, rank)
+        if record is None and rank == 1 and whole + 2 not in ended:
+            ended.append(whole + 2)
+            collective_record._GENERATION.pack_into(writing._map, 0, whole + 2)
+        return record
+
+    ended: list[int] = []
+    monkeypatch.setattr(collective_record, "read", the_write_ends_once_read_torn)
+    try:
+        collective_record._GENERATION.pack_into(writing._map, 0, whole + 1)  # a write begins
+        moment = watch.Watcher(tmp_path, hang_timeout=0).halt()
+        assert ended == [whole + 2]  # the stop found it torn
+        assert outcome.stopped(signal.SIGINT, moment)[0].splitlines()[1:] == [
+            "  rank 0 was running",
+            "  rank 1 was running",
+        ]
+        collective_record._GENERATION.pack_into(writing._map, 0, whole + 3)  # and never ends
+        assert sorted(watch.Watcher(tmp_path, hang_timeout=0).halt().ranks) == [0]
+    finally:
+        for recorder in ranks:
+            recorder._file.close()
+
+
 def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path: Path) -> None:
     """A launcher killed by SIGKILL leaves its folders; the next launch removes those, and
     never a live launcher's, another PID namespace's, another kind's or a file."""
