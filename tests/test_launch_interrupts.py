@@ -20,7 +20,7 @@ import pytest
 from accelify.runtime import collective_record
 from accelify.runtime.collective_record import CRASHED, IN_COLLECTIVE, LEAVING, RUNNING, Record
 from accelify.runtime.environment import FAILURE_DIR
-from accelify.runtime.launch import leftovers, lifeline, outcome, watch
+from accelify.runtime.launch import launcher, leftovers, lifeline, outcome, watch
 from accelify.runtime.state import _ExitGuard
 from conftest import _kill_group, start
 
@@ -344,6 +344,47 @@ def test_a_stop_reads_again_a_record_caught_mid_write(
     finally:
         for recorder in ranks:
             recorder._file.close()
+
+
+def test_the_agents_signal_handler_is_wrapped_only_where_torch_installs_it_by_its_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stop's lines per rank come from the launcher's wrap of torch's private
+    ``_terminate_process_handler`` (`launcher._told_of_stops`). This torch's agent installs its
+    handler by that name (a torch that stops doing so fails here first): for the run, the
+    handler read by that name, as ``PContext.start`` reads it, tells the launcher, then raises
+    the agent's ``SignalException``; torch's own is back after. A torch whose process context
+    installs its handler another way, or that has no such name or module, is not wrapped: the
+    run goes on untold (a stop then says which signal it was, and nothing breaks)."""
+    from torch.distributed.elastic import multiprocessing
+    from torch.distributed.elastic.multiprocessing import SignalException, api
+
+    torchs = api._terminate_process_handler
+    assert launcher._agents_handler() is torchs
+    told: list[str] = []
+    with launcher._told_of_stops(lambda: told.append("told")), pytest.raises(SignalException):
+        api._terminate_process_handler(signal.SIGINT, None)
+    assert told == ["told"]
+    assert api._terminate_process_handler is torchs
+
+    def elsewise(self: object) -> None:
+        """A start that installs no handler by the name."""
+
+    for change in (
+        lambda: monkeypatch.setattr(api.PContext, "start", elsewise),
+        lambda: monkeypatch.delattr(api, "_terminate_process_handler"),
+        lambda: (
+            monkeypatch.delattr(multiprocessing, "api"),
+            monkeypatch.setitem(sys.modules, api.__name__, None),
+        ),
+    ):
+        change()
+        assert launcher._agents_handler() is None
+        left = getattr(api, "_terminate_process_handler", None)
+        with launcher._told_of_stops(lambda: told.append("untold")):
+            assert getattr(api, "_terminate_process_handler", None) is left  # not wrapped
+        monkeypatch.undo()
+        assert api._terminate_process_handler is torchs
 
 
 def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path: Path) -> None:
