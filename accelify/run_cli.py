@@ -170,7 +170,9 @@ class _LaunchCommand(click.Command):
     "--no-python",
     "--no_python",
     is_flag=True,
-    help="SCRIPT is an executable, run without python (as torchrun's --no-python).",
+    help="SCRIPT is an executable, run without python (as torchrun's --no-python). Its own "
+    "children are not stopped when the launcher is killed by SIGKILL: a shell script should "
+    "`exec` its last command.",
 )
 @click.option(
     "--debug",

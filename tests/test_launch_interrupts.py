@@ -20,7 +20,7 @@ import pytest
 from accelify.runtime import collective_record
 from accelify.runtime.collective_record import CRASHED, IN_COLLECTIVE, LEAVING, RUNNING, Record
 from accelify.runtime.environment import FAILURE_DIR
-from accelify.runtime.launch import leftovers, lifeline, outcome, watch
+from accelify.runtime.launch import launcher, leftovers, lifeline, outcome, watch
 from accelify.runtime.state import _ExitGuard
 from conftest import _kill_group, start
 
@@ -307,6 +307,84 @@ def test_a_stop_says_what_each_rank_was_doing_as_it_came(tmp_path: Path) -> None
         "accelify launch: stopped by SIGINT; every rank was stopped",
         130,
     )
+
+
+def test_a_stop_reads_again_a_record_caught_mid_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank writes its record in place, its generation odd while a write is under way; a
+    rank descheduled inside a write (a loaded machine) leaves it so for a while. The stop read
+    the records once: such a rank had no line at all. Now a torn record is read again until
+    it is whole (here the write ends as the stop first finds it torn); one that stays torn
+    (its rank killed mid-write) is left out after `watch.TORN_WAIT`."""
+    directory = collective_record.attempt_directory(tmp_path, 0)
+    ranks = [collective_record._Recorder(directory, rank, ()) for rank in (0, 1)]
+    writing, read = ranks[1], collective_record.read
+    whole = writing._generation
+
+    def the_write_ends_once_read_torn(directory: Path, rank: int) -> Record | None:
+        record = read(directory, rank)
+        if record is None and rank == 1 and whole + 2 not in ended:
+            ended.append(whole + 2)
+            collective_record._GENERATION.pack_into(writing._map, 0, whole + 2)
+        return record
+
+    ended: list[int] = []
+    monkeypatch.setattr(collective_record, "read", the_write_ends_once_read_torn)
+    try:
+        collective_record._GENERATION.pack_into(writing._map, 0, whole + 1)  # a write begins
+        moment = watch.Watcher(tmp_path, hang_timeout=0).halt()
+        assert ended == [whole + 2]  # the stop found it torn
+        assert outcome.stopped(signal.SIGINT, moment)[0].splitlines()[1:] == [
+            "  rank 0 was running",
+            "  rank 1 was running",
+        ]
+        collective_record._GENERATION.pack_into(writing._map, 0, whole + 3)  # and never ends
+        assert sorted(watch.Watcher(tmp_path, hang_timeout=0).halt().ranks) == [0]
+    finally:
+        for recorder in ranks:
+            recorder._file.close()
+
+
+def test_the_agents_signal_handler_is_wrapped_only_where_torch_installs_it_by_its_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stop's lines per rank come from the launcher's wrap of torch's private
+    ``_terminate_process_handler`` (`launcher._told_of_stops`). This torch's agent installs its
+    handler by that name (a torch that stops doing so fails here first): for the run, the
+    handler read by that name, as ``PContext.start`` reads it, tells the launcher, then raises
+    the agent's ``SignalException``; torch's own is back after. A torch whose process context
+    installs its handler another way, or that has no such name or module, is not wrapped: the
+    run goes on untold (a stop then says which signal it was, and nothing breaks)."""
+    from torch.distributed.elastic import multiprocessing
+    from torch.distributed.elastic.multiprocessing import SignalException, api
+
+    torchs = api._terminate_process_handler
+    assert launcher._agents_handler() is torchs
+    told: list[str] = []
+    with launcher._told_of_stops(lambda: told.append("told")), pytest.raises(SignalException):
+        api._terminate_process_handler(signal.SIGINT, None)
+    assert told == ["told"]
+    assert api._terminate_process_handler is torchs
+
+    def elsewise(self: object) -> None:
+        """A start that installs no handler by the name."""
+
+    for change in (
+        lambda: monkeypatch.setattr(api.PContext, "start", elsewise),
+        lambda: monkeypatch.delattr(api, "_terminate_process_handler"),
+        lambda: (
+            monkeypatch.delattr(multiprocessing, "api"),
+            monkeypatch.setitem(sys.modules, api.__name__, None),
+        ),
+    ):
+        change()
+        assert launcher._agents_handler() is None
+        left = getattr(api, "_terminate_process_handler", None)
+        with launcher._told_of_stops(lambda: told.append("untold")):
+            assert getattr(api, "_terminate_process_handler", None) is left  # not wrapped
+        monkeypatch.undo()
+        assert api._terminate_process_handler is torchs
 
 
 def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path: Path) -> None:

@@ -445,14 +445,15 @@ def _told_of_stops(told: Callable[[], object]) -> Iterator[None]:
     ranks were doing then is still in their records (`Watcher.halt`). The agent installs its
     handler, torch's ``_terminate_process_handler``, by that name from its module as it starts
     the ranks (and at each restart): for the run, the name holds a handler that tells, then
-    hands on to torch's (which raises the agent's ``SignalException``). A torch without that
-    name: nobody is told, and the run stops as before."""
-    from torch.distributed.elastic.multiprocessing import api
-
-    agents = getattr(api, "_terminate_process_handler", None)
+    hands on to torch's (which raises the agent's ``SignalException``). The name is torch's
+    private one (torch 2.4 to 2.13 install it so, from ``PContext.start``): a torch without it,
+    or whose agent installs its handler another way (`_agents_handler`), is not
+    wrapped: nobody is told, and a stop says only which signal it was."""
+    agents = _agents_handler()
     if agents is None:
         yield
         return
+    from torch.distributed.elastic.multiprocessing import api
 
     def handler(signum: int, frame: FrameType | None) -> None:
         with contextlib.suppress(Exception):  # the stop itself must happen
@@ -464,6 +465,22 @@ def _told_of_stops(told: Callable[[], object]) -> Iterator[None]:
         yield
     finally:
         api._terminate_process_handler = agents
+
+
+def _agents_handler() -> Callable[[int, FrameType | None], None] | None:
+    """torch's ``_terminate_process_handler``, where a handler put under that name is the one
+    the agent installs: its process context installs the handler as it starts the ranks,
+    looking the name up in its module as it does (the name is among the globals that
+    ``PContext.start`` reads). None for a torch that has no such name or installs its handler
+    another way: the run is then not wrapped (`_told_of_stops`)."""
+    try:
+        from torch.distributed.elastic.multiprocessing import api
+    except ImportError:
+        return None
+    handler = getattr(api, "_terminate_process_handler", None)
+    start = getattr(getattr(api, "PContext", None), "start", None)
+    names = getattr(getattr(start, "__code__", None), "co_names", ())
+    return handler if callable(handler) and "_terminate_process_handler" in names else None
 
 
 @contextlib.contextmanager

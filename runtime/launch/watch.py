@@ -71,6 +71,11 @@ STACK_SETTLED_WITHOUT_FRAMES = 10  # polls (2 s): a main thread in library code 
 STOP_WAIT = 10.0
 #: How long a leaving rank waits for its peers at exit (`accelify.runtime.state._ExitGuard`).
 EXIT_WAIT = 10.0
+#: How long a stop waits for a record caught mid-write to be whole (`Watcher.halt`): a write
+#: takes microseconds, unless its rank is descheduled inside it (a loaded machine), or was
+#: killed there (then the rank is left out after this long). Read again every `TORN_POLL`.
+TORN_WAIT = 0.5
+TORN_POLL = 0.005
 
 
 @dataclass(frozen=True)
@@ -140,12 +145,15 @@ class Watcher:
         and signals no rank. A report it was putting together is dropped, not waited for: asking
         a busy rank for its stack (up to `STACK_WAIT` for one that was stopped first) and
         finding a rank test in the script (the analysis imports libcst: seconds on a loaded
-        machine) held a Ctrl-C's end back, and the report was printed after the stop."""
+        machine) held a Ctrl-C's end back, and the report was printed after the stop. A record
+        caught mid-write is read again until whole (up to `TORN_WAIT`): read once, a rank that
+        was inside a write (descheduled there, on a loaded machine) had no line in the stop."""
         with self._saying:
             self._halted.set()
             self._stop.set()
         attempt = self.last_attempt()
-        ranks = {} if attempt is None else read_all(records.attempt_directory(self.root, attempt))
+        directory = None if attempt is None else records.attempt_directory(self.root, attempt)
+        ranks = {} if directory is None else read_all(directory, TORN_WAIT)
         alive = frozenset(rank for rank, rec in ranks.items() if _alive(rec.pid))
         return Moment(time.time(), ranks, alive)
 
@@ -266,17 +274,23 @@ class Watcher:
         _terminate(others, self._stop)
 
 
-def read_all(directory: Path) -> dict[int, Record]:
-    """Every rank's record in one attempt's folder (ranks mid-write left out)."""
+def read_all(directory: Path, torn_wait: float = 0.0) -> dict[int, Record]:
+    """Every rank's record in one attempt's folder. A record caught mid-write is read again
+    for up to ``torn_wait`` seconds, then left out (the watch reads again at its next poll; a
+    stop reads once, and a rank left out had no line in it)."""
     found: dict[int, Record] = {}
     try:
         names = [p.name for p in directory.iterdir() if p.suffix == ".state"]
     except OSError:
         return found
+    deadline = time.monotonic() + torn_wait
     for name in names:
         rank = name.partition(".")[0]
         if rank.isdigit():
             record = records.read(directory, int(rank))
+            while record is None and time.monotonic() < deadline:
+                time.sleep(TORN_POLL)
+                record = records.read(directory, int(rank))
             if record is not None:
                 found[int(rank)] = record
     return found
