@@ -2937,10 +2937,46 @@ def predicting_method(call: cst.Call, facts: Facts) -> bool:
     if method.startswith(_PREDICTING):
         return True
     index = facts.model.index
+    defined = [index.methods_of(name)[method] for name in index.model_classes_with(method)]
     return any(
-        _runs_its_layers(index.methods_of(name)[method])
-        for name in index.model_classes_with(method)
+        _runs_its_layers(found) and not _returns_host_numbers(index.own_returns(found))
+        for found in defined
     )
+
+
+#: Calls whose result is one Python number, never a tensor: a batch's summary, not per-sample
+#: values (``.tolist()`` keeps one per sample: `_runs_a_method_returning_a_list`)
+_HOST_NUMBER_METHODS = frozenset({"item"})
+_HOST_NUMBER_FUNCTIONS = frozenset({"len", "float", "int"})
+
+
+def _returns_host_numbers(returns: list[cst.Return]) -> bool:
+    """A return hands back a Python number as the value or as an entry of the dict, tuple or
+    list it builds (a Lightning-style ``validation_step`` returning ``{"val_loss":
+    loss.item(), "n": len(y)}``): what the method returns is a batch's summary, not its
+    predictions, and a gather of it is a list of every rank's objects, not the dict."""
+    for node in returns:
+        value = node.value
+        if isinstance(value, cst.Dict):
+            leaves = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+        elif isinstance(value, (cst.Tuple, cst.List)):
+            leaves = [e.value for e in value.elements if isinstance(e, cst.Element)]
+        else:
+            leaves = [value]
+        if any(_is_host_number(leaf) for leaf in leaves):
+            return True
+    return False
+
+
+def _is_host_number(value: cst.BaseExpression | None) -> bool:
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value in _HOST_NUMBER_METHODS
+    return isinstance(func, cst.Name) and func.value in _HOST_NUMBER_FUNCTIONS
 
 
 def _runs_its_layers(method: cst.FunctionDef) -> bool:
