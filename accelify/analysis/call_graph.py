@@ -346,6 +346,9 @@ class CallGraph:
             init = self.lookup(owner, "__init__") if owner is not None else None
             return _Resolution([init] if init is not None else [], 1)
         if isinstance(func, cst.Call):
+            looked_up = self._looked_up_methods(func, call)
+            if looked_up:  # ``for cb in self.callbacks: getattr(cb, hook)(self, *args)``
+                return _Resolution(looked_up, _bound(looked_up[0]))
             made = self._made_instance_call(func)
             return _Resolution([made] if made is not None else [], 1)
         if not isinstance(func, cst.Attribute):
@@ -502,6 +505,58 @@ class CallGraph:
         if any(f is None for f in found) or made & set(self.model.module_classes):
             return []
         return [f for f in found if f is not None]
+
+    def _looked_up_methods(self, lookup: cst.Call, call: cst.Call) -> list[cst.FunctionDef]:
+        """What ``getattr(cb, hook)(...)`` runs in ``for cb in self.callbacks:``: the method of
+        each element's class (`_element_methods`) named by ``hook``, a string, or a parameter
+        of the function around that every call of it hands a string (a trainer's
+        ``_run_callbacks("on_epoch_end", epoch, logs)``). Empty when any name is not known."""
+        if dotted(lookup.func) != "getattr" or len(lookup.args) != 2:
+            return []
+        receiver, key = (argument.value for argument in lookup.args)
+        if not isinstance(receiver, cst.Name) or any(a.keyword or a.star for a in lookup.args):
+            return []
+        methods = self._hook_names(key, call)
+        found: list[cst.FunctionDef] = []
+        for method in sorted(methods):
+            each = self._element_methods(receiver.value, method, call)
+            if not each:
+                return []
+            found += [f for f in each if all(f is not known for known in found)]
+        return found
+
+    def _hook_names(self, key: cst.BaseExpression, at: cst.CSTNode) -> set[str]:
+        """The method names ``key`` stands for: its string, or the strings every call of the
+        function around ``at`` hands it when it is that function's parameter (calls by the
+        function's plain name, or through ``self`` in its class); empty when any is another
+        value, or nothing calls it."""
+        if isinstance(key, cst.SimpleString):
+            return {str(key.evaluated_value)}
+        function = self.index.enclosing_function(at)
+        if not isinstance(key, cst.Name) or function is None:
+            return set()
+        if key.value not in {p.name.value for p in all_params(function.params)}:
+            return set()
+        owner = self.owner(function)
+        calls = [
+            (c, 1)
+            for c in self.model.calls
+            if owner is not None
+            and isinstance(c.func, cst.Attribute)
+            and c.func.attr.value == function.name.value
+            and self._is_self(c.func.value, c)
+            and self._enclosing_class(c) is owner
+        ]
+        if owner is None and self.model.functions.get(function.name.value) is function:
+            calls = [(c, 0) for c in self.index.calls_named(function.name.value)]
+        names: set[str] = set()
+        for made, implicit in calls:
+            handed = dict(bound_arguments(function, made, implicit)).get(key.value)
+            value = handed.value if handed is not None else None
+            if not isinstance(value, cst.SimpleString):
+                return set()
+            names.add(str(value.evaluated_value))
+        return names
 
     def _function_table_calls(self, name: str, call: cst.Call) -> list[cst.FunctionDef]:
         """``fn(...)`` in ``for name, fn in phases.items()`` (or ``for fn in phases.values()``,

@@ -215,12 +215,19 @@ def _evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         return found
     if forward is None:
         through = _through_a_member(loop, facts)
-        found.unsure = (
-            "no forward pass of a known model found"
-            if through is None
-            else f"it runs {through}, a part or method of the model, not the model's own "
-            "forward: what it returns per sample is not known here"
-        )
+        if through is None:
+            found.unsure = "no forward pass of a known model found"
+        elif _summarises_the_batch(through, facts):
+            found.unsure = (
+                f"it runs {_member_label(through)}, a method of the model that returns Python "
+                "numbers (.item(), len()): a summary of each batch, not its predictions, and a "
+                "gather of it would be a list of every rank's objects"
+            )
+        else:
+            found.unsure = (
+                f"it runs {_member_label(through)}, a part or method of the model, not the "
+                "model's own forward: what it returns per sample is not known here"
+            )
         return found
     part = reads_part(loop, model)
     if part is not None:
@@ -2902,10 +2909,29 @@ def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
     return None
 
 
-def _through_a_member(loop: Loop, facts: Facts) -> str | None:
+def _member_label(call: cst.Call) -> str:
+    """``module.validation_step()`` for a call of a model's member, as a review line names it."""
+    func = call.func
+    assert isinstance(func, cst.Attribute)
+    owner = unwrapped_argument(func.value) or func.value
+    return f"{dotted(owner)}.{func.attr.value}()"
+
+
+def _summarises_the_batch(call: cst.Call, facts: Facts) -> bool:
+    """``call`` runs a method of a model class of this file that returns Python numbers
+    (`_returns_host_numbers`): a Lightning-style ``validation_step``."""
+    index = facts.model.index
+    method = call.func.attr.value  # type: ignore[attr-defined]
+    return any(
+        _returns_host_numbers(index.own_returns(index.methods_of(name)[method]))
+        for name in index.model_classes_with(method)
+    )
+
+
+def _through_a_member(loop: Loop, facts: Facts) -> cst.Call | None:
     """The loop's first call of a known model's member (``student.backbone(x)``,
-    ``module.validation_step(batch, i)``), as code: the loop does run the model, through a
-    part of it whose output the conversion does not follow."""
+    ``module.validation_step(batch, i)``): the loop does run the model, through a part of it
+    whose output the conversion does not follow."""
     for node in walk(loop.node.body):
         if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
             continue
@@ -2914,7 +2940,7 @@ def _through_a_member(loop: Loop, facts: Facts) -> str | None:
         if member in names.MODULE_API or member.startswith("_"):
             continue
         if facts.flow.is_model_name(dotted(owner), node):
-            return f"{dotted(owner)}.{member}()"
+            return node
     return None
 
 
@@ -2937,10 +2963,46 @@ def predicting_method(call: cst.Call, facts: Facts) -> bool:
     if method.startswith(_PREDICTING):
         return True
     index = facts.model.index
+    defined = [index.methods_of(name)[method] for name in index.model_classes_with(method)]
     return any(
-        _runs_its_layers(index.methods_of(name)[method])
-        for name in index.model_classes_with(method)
+        _runs_its_layers(found) and not _returns_host_numbers(index.own_returns(found))
+        for found in defined
     )
+
+
+#: Calls whose result is one Python number, never a tensor: a batch's summary, not per-sample
+#: values (``.tolist()`` keeps one per sample: `_runs_a_method_returning_a_list`)
+_HOST_NUMBER_METHODS = frozenset({"item"})
+_HOST_NUMBER_FUNCTIONS = frozenset({"len", "float", "int"})
+
+
+def _returns_host_numbers(returns: list[cst.Return]) -> bool:
+    """A return hands back a Python number as the value or as an entry of the dict, tuple or
+    list it builds (a Lightning-style ``validation_step`` returning ``{"val_loss":
+    loss.item(), "n": len(y)}``): what the method returns is a batch's summary, not its
+    predictions, and a gather of it is a list of every rank's objects, not the dict."""
+    for node in returns:
+        value = node.value
+        if isinstance(value, cst.Dict):
+            leaves = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+        elif isinstance(value, (cst.Tuple, cst.List)):
+            leaves = [e.value for e in value.elements if isinstance(e, cst.Element)]
+        else:
+            leaves = [value]
+        if any(_is_host_number(leaf) for leaf in leaves):
+            return True
+    return False
+
+
+def _is_host_number(value: cst.BaseExpression | None) -> bool:
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value in _HOST_NUMBER_METHODS
+    return isinstance(func, cst.Name) and func.value in _HOST_NUMBER_FUNCTIONS
 
 
 def _runs_its_layers(method: cst.FunctionDef) -> bool:

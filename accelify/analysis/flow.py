@@ -17,6 +17,7 @@ import libcst as cst
 from accelify.analysis.iterated import iterated_sources
 from accelify.analysis.keyed_dicts import keyed_subscript, may_hold_a_loader, mutated_keys
 from accelify.analysis.loops import find_backward
+from accelify.analysis.name_scopes import local_owner
 from accelify.analysis.names import DATALOADERS
 from accelify.analysis.objects import bound_arguments, callee, returned_entry, returned_local
 from accelify.analysis.optimizer_models import parameter_owners
@@ -995,6 +996,7 @@ class ObjectFlow:
         found: set[tuple[str | None, cst.CSTNode]] = set()
         pending: list[tuple[str | None, cst.CSTNode]] = [(name, at)]
         for current, place, function in self._once_per_function(pending):
+            function = self._closure_owner(function, current, place)
             held = self._held_by_a_parameter(function, current) if current not in stop else None
             if held is not None:  # ``t.val_loader`` in ``def validate(t)``: the caller's
                 for value, call in held[0]:  # ``trainer.val_loader`` for ``validate(trainer)``
@@ -1029,6 +1031,24 @@ class ObjectFlow:
                 else:
                     pending.append((source, call))
         return found
+
+    def _closure_owner(
+        self, function: cst.FunctionDef | None, name: str | None, place: cst.CSTNode
+    ) -> cst.FunctionDef | None:
+        """The function whose own name ``name`` (its root) is where ``place`` reads it: the
+        function around it, or, for a closure's free variable (``loader`` read in ``run()``
+        nested in ``def make_evaluator(model, loader)``), the enclosing function that binds
+        it, whose callers hand it in."""
+        if function is None or name is None:
+            return function
+        owner = local_owner(self.model, name.split(".", 1)[0], place)
+        if (
+            isinstance(owner, cst.FunctionDef)
+            and owner is not function
+            and self.placement.inside(function, owner)
+        ):
+            return owner
+        return function
 
     def is_forward(self, call: cst.Call) -> bool:
         """A call of a model; in an Accelerator script also of anything that came out of

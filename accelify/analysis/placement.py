@@ -15,6 +15,8 @@ from accelify.analysis.syntax import (
     has_parameter,
     is_docstring,
     is_main_guard,
+    keyword_value,
+    strip_self_methods,
     target_names,
     walk,
 )
@@ -144,7 +146,10 @@ class Placement:
         if not returns or any(dotted(r.value) != optimizer.name for r in returns if r.value):
             return False
         owners = parameter_owners(optimizer)
-        return bool(owners) and all(has_parameter(function, owner) for owner in owners)
+        if not owners:  # ``def build_optimizer(cfg, params): opt = SGD(params, ...)``
+            handed = _parameters_handed(optimizer)
+            return handed is not None and has_parameter(function, handed)
+        return all(has_parameter(function, owner) for owner in owners)
 
     def trainer_constructor(self) -> cst.FunctionDef | None:
         """``Trainer.__init__`` when every ``.backward()`` is in methods of ``Trainer`` (not a
@@ -450,3 +455,16 @@ def _assigned(target: cst.BaseExpression) -> set[str]:
     spelling."""
     spelling = dotted(target) if isinstance(target, cst.Attribute) else None
     return target_names(target) | ({spelling} if spelling else set())
+
+
+def _parameters_handed(optimizer: Binding) -> str | None:
+    """The plain name an optimizer is built over (``params`` of ``SGD(params, lr=...)``, or of
+    ``params=``): where that name is the factory's parameter, the caller's argument
+    (``model.parameters()``) says which model it trains, and the caller assembles training."""
+    core = strip_self_methods(optimizer.value)
+    if not isinstance(core, cst.Call):
+        return None
+    given = keyword_value(core, "params")
+    if given is None and core.args and core.args[0].keyword is None and not core.args[0].star:
+        given = core.args[0].value
+    return given.value if isinstance(given, cst.Name) else None

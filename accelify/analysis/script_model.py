@@ -786,7 +786,10 @@ def analyze(
         model.imported_returns = imported_returns
     if source is not None:  # the text the module was parsed from: no code generation for it
         model.__dict__["source"] = source
-    _collect(model, _Collector(model))
+    # the collector that walked the module knows its tables of optimizer makers: a factory's
+    # ``return OPTIMIZERS[name](params)`` is classified with them
+    collector = _Collector(model)
+    _collect(model, collector)
     model._call_names = {}  # the imports are all seen
     model._rank_reads = {}  # and every binding and parent
     _drop_gpu_indexes_read_as_numbers(model)
@@ -818,13 +821,13 @@ def analyze(
     from accelify.analysis.optimizer_models import add_models_fed_to_optimizers
     from accelify.analysis.scheduler_objects import add_schedulers_by_use
 
-    add_object_bindings(model, _Collector(model).classify)
+    add_object_bindings(model, collector.classify)
     models = len(model.bindings)
     add_models_fed_to_optimizers(model)
     if len(model.bindings) != models:
         # a model known only by the optimizer over its parameters (``MODELS[cfg.model](6, 3)``
         # of a registry) is what a factory returning it hands its callers, too
-        add_object_bindings(model, _Collector(model).classify)
+        add_object_bindings(model, collector.classify)
         add_models_fed_to_optimizers(model)
     add_schedulers_by_use(model)
     model.complete = True
