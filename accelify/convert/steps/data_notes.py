@@ -20,7 +20,7 @@ from accelify.analysis.shard_totals import ShardTotal, list_mean
 from accelify.analysis.syntax import dotted, is_print_alone, rebound_targets, target_names, walk
 from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
-from accelify.convert.steps.host_inputs import cpu_only
+from accelify.convert.steps.host_inputs import cpu_only, prepared_model_called
 from accelify.edits import rewrites
 
 
@@ -124,6 +124,15 @@ def run(ctx: Context) -> None:
                 "outside this file (no call here passes it): if it is a DataLoader, it is not "
                 "prepared, so every rank trains on all of it (correct, not data-parallel); "
                 "prepare it where it is made and hand the prepared loader in"
+            )
+        elif stepped := _step_handed_its_batches_from_outside(ctx):
+            function, parameters = stepped
+            text = (
+                f"{function}() trains on what its {parameters} handed by code outside this "
+                "file (no call here passes it): if that comes from a DataLoader there, the "
+                "loader is not prepared, so every rank trains on all of it (correct, not "
+                "data-parallel); prepare it where it is made, with the accelerator this file "
+                "creates, to shard it"
             )
         elif unfollowed := _handed_what_is_not_followed(ctx):
             name, function, loop_node, value = unfollowed
@@ -1123,6 +1132,39 @@ def _handed_in_from_outside(ctx: Context) -> tuple[str, str, cst.For] | None:
                 graph.callers(method) or graph.uncertain_callers(method)
             ):
                 return loop.iterable, f"{method.name.value}()", loop.node
+    return None
+
+
+def _step_handed_its_batches_from_outside(ctx: Context) -> tuple[str, str] | None:
+    """The function that runs the backward takes its batches as parameters that no call of the
+    file passes (``train_step(self, x_data, y_irradiance, y_efficiency)`` of a trainer whose
+    driver iterates the DataLoader and hands each batch in): where the data comes from is
+    another file's. The function's name, and its parameters a prepared model is run on, as the
+    review line names them."""
+    placement = ctx.facts.placement
+    for backward in ctx.model.backward_calls:
+        function = placement.enclosing_function(backward)
+        if function is None or any(
+            isinstance(a, (cst.For, cst.While)) for a in ctx.model.ancestors(backward)
+        ):
+            continue
+        parameters = {p.name.value for p in function.params.params} - {"self"}
+        fed = [
+            argument.value.value
+            for call in walk(function.body)
+            if isinstance(call, cst.Call) and prepared_model_called(ctx, call)
+            for argument in call.args
+            if isinstance(argument.value, cst.Name) and argument.value.value in parameters
+        ]
+        fed = [
+            name
+            for name in dict.fromkeys(fed)
+            if _received_from_outside(ctx, function, name, set())
+        ]
+        if fed:
+            several = len(fed) > 1
+            named = f"parameters {', '.join(fed)} are" if several else f"parameter {fed[0]} is"
+            return function.name.value, named
     return None
 
 
