@@ -269,6 +269,18 @@ class OnDeviceAndBack:
         return _sent(moved, cst.SimpleString('"cpu"')) if self.back else moved
 
 
+@dataclass(frozen=True)
+class SentTo:
+    """``x`` -> ``send_to_device(x, device)``: one input, or one output, of a model call moved
+    where it stands (`OnDeviceAndBack` in parts, for a call another rewrite replaces)."""
+
+    device: str
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.BaseExpression)
+        return _sent(updated, expression(self.device))
+
+
 def _sent(value: cst.BaseExpression, device: cst.BaseExpression) -> cst.Call:
     return cst.Call(cst.Name("send_to_device"), [cst.Arg(value), cst.Arg(device)])
 

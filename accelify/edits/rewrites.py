@@ -11,7 +11,7 @@ import libcst as cst
 
 from accelify.analysis.syntax import dotted
 from accelify.edits.code import expression, statement, with_keyword
-from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove, Replace
+from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove, Replace, Wrap
 from accelify.edits.node_rewrites import (
     CallInstead,
     MethodInstead,
@@ -20,6 +20,7 @@ from accelify.edits.node_rewrites import (
     OnHostFirst,
     PrintInsteadOfWrite,
     Receiver,
+    SentTo,
     StateOf,
     Swap,
     ThroughForward,
@@ -225,6 +226,17 @@ def on_model_device(
     the device prepare put the model on, the output comes back to the CPU (not with ``back``
     False: another prepared model takes it there)."""
     return Replace(call, OnDeviceAndBack(device, tuple(inputs), back))
+
+
+def on_model_device_in_parts(
+    call: cst.Call, device: str, inputs: Iterable[int], *, back: bool = True
+) -> tuple[Edit, ...]:
+    """`on_model_device` as edits of the inputs where they stand and a wrap of the call, for a
+    call another rewrite replaces (``model.predict(x)`` run as the wrapper's forward,
+    `through_forward`): a second replacement of the call would be refused, and the method would
+    stay on the DDP wrapper, which has no such attribute."""
+    sent: list[Edit] = [Replace(call.args[i].value, SentTo(device)) for i in inputs]
+    return (*sent, Wrap(call, SentTo('"cpu"'))) if back else tuple(sent)
 
 
 def made_on_device(call: cst.Call, device: str) -> Replace:

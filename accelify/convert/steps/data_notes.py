@@ -20,7 +20,7 @@ from accelify.analysis.shard_totals import ShardTotal, list_mean
 from accelify.analysis.syntax import dotted, is_print_alone, rebound_targets, target_names, walk
 from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
-from accelify.convert.steps.host_inputs import cpu_only
+from accelify.convert.steps.host_inputs import cpu_only, prepared_model_called
 from accelify.edits import rewrites
 
 
@@ -120,10 +120,19 @@ def run(ctx: Context) -> None:
             name, function, loop_node = handed
             text = (
                 f"the training loop at line {ctx.line(loop_node)} reads {name}, which "
-                f"{function}() is handed by code "
+                f"{function} is handed by code "
                 "outside this file (no call here passes it): if it is a DataLoader, it is not "
                 "prepared, so every rank trains on all of it (correct, not data-parallel); "
                 "prepare it where it is made and hand the prepared loader in"
+            )
+        elif stepped := _step_handed_its_batches_from_outside(ctx):
+            function, parameters = stepped
+            text = (
+                f"{function}() trains on what its {parameters} handed by code outside this "
+                "file (no call here passes it): if that comes from a DataLoader there, the "
+                "loader is not prepared, so every rank trains on all of it (correct, not "
+                "data-parallel); prepare it where it is made, with the accelerator this file "
+                "creates, to shard it"
             )
         elif unfollowed := _handed_what_is_not_followed(ctx):
             name, function, loop_node, value = unfollowed
@@ -1093,7 +1102,9 @@ def _handed_in_from_outside(ctx: Context) -> tuple[str, str, cst.For] | None:
     """The data a training loop reads is a parameter of its function that no call of this file
     hands over (``def train(self, train_loader, epochs)`` of a trainer another file builds), or
     an attribute a method keeps from its parameter (``set_loader(self, loader)``): made by
-    another file, unseen here. The loop's name, the receiving function's, and the loop."""
+    another file, unseen here; or a parameter the file's functions hand on to it from such a
+    function. The loop's name, the receiving function's (``train()``, ``train() (through
+    train_epoch())``), and the loop."""
     placement, graph = ctx.facts.placement, ctx.facts.calls
     for loop in ctx.model.loops:
         if not loop.trains or loop.iterable is None:
@@ -1102,8 +1113,16 @@ def _handed_in_from_outside(ctx: Context) -> tuple[str, str, cst.For] | None:
         if function is None:
             continue
         if loop.iterable in {p.name.value for p in function.params.params}:
-            if not graph.callers(function) and not graph.uncertain_callers(function):
-                return loop.iterable, function.name.value, loop.node
+            outermost = _received_from_outside(ctx, function, loop.iterable, set())
+            if outermost is not None and outermost[0] is function:
+                return loop.iterable, f"{function.name.value}()", loop.node
+            if outermost is not None:  # handed on to it by this file's functions
+                outer, parameter = outermost
+                through = (
+                    f"{outer.name.value}() (as its {parameter}, handed on to "
+                    f"{function.name.value}())"
+                )
+                return loop.iterable, through, loop.node
             continue
         owner = placement.class_of(function)
         if owner is None or not loop.iterable.startswith("self."):
@@ -1112,8 +1131,75 @@ def _handed_in_from_outside(ctx: Context) -> tuple[str, str, cst.For] | None:
             if loop.iterable in attributes_kept(ctx.model, method).values() and not (
                 graph.callers(method) or graph.uncertain_callers(method)
             ):
-                return loop.iterable, method.name.value, loop.node
+                return loop.iterable, f"{method.name.value}()", loop.node
     return None
+
+
+def _step_handed_its_batches_from_outside(ctx: Context) -> tuple[str, str] | None:
+    """The function that runs the backward takes its batches as parameters that no call of the
+    file passes (``train_step(self, x_data, y_irradiance, y_efficiency)`` of a trainer whose
+    driver iterates the DataLoader and hands each batch in): where the data comes from is
+    another file's. The function's name, and its parameters a prepared model is run on, as the
+    review line names them."""
+    placement = ctx.facts.placement
+    for backward in ctx.model.backward_calls:
+        function = placement.enclosing_function(backward)
+        if function is None or any(
+            isinstance(a, (cst.For, cst.While)) for a in ctx.model.ancestors(backward)
+        ):
+            continue
+        parameters = {p.name.value for p in function.params.params} - {"self"}
+        fed = [
+            argument.value.value
+            for call in walk(function.body)
+            if isinstance(call, cst.Call) and prepared_model_called(ctx, call)
+            for argument in call.args
+            if isinstance(argument.value, cst.Name) and argument.value.value in parameters
+        ]
+        fed = [
+            name
+            for name in dict.fromkeys(fed)
+            if _received_from_outside(ctx, function, name, set())
+        ]
+        if fed:
+            several = len(fed) > 1
+            named = f"parameters {', '.join(fed)} are" if several else f"parameter {fed[0]} is"
+            return function.name.value, named
+    return None
+
+
+def _received_from_outside(
+    ctx: Context, function: cst.FunctionDef, parameter: str, seen: set[int]
+) -> tuple[cst.FunctionDef, str] | None:
+    """The function of this file whose ``parameter`` no call of the file passes (code outside
+    it does), where ``function`` gets it: ``function`` itself, or the function every call of
+    ``function`` hands its own parameter on from (``train(self, train_loader, ...)`` calling
+    ``self.train_epoch(train_loader)``, a trainer another file drives), with the name of its
+    parameter there. None where a call of the file passes something else, or the chain turns
+    back on itself."""
+    graph, flow, placement = ctx.facts.calls, ctx.facts.flow, ctx.facts.placement
+    if id(function) in seen or graph.uncertain_callers(function):
+        return None
+    if not graph.callers(function):
+        return function, parameter
+    seen.add(id(function))
+    found: tuple[cst.FunctionDef, str] | None = None
+    for call, implicit in flow.calls_of(function):
+        caller = placement.enclosing_function(call)
+        handed = [
+            argument.value
+            for name, argument in bound_arguments(function, call, implicit)
+            if name == parameter
+        ]
+        if caller is None or len(handed) != 1 or not isinstance(handed[0], cst.Name):
+            return None
+        if handed[0].value not in {p.name.value for p in caller.params.params}:
+            return None
+        outer = _received_from_outside(ctx, caller, handed[0].value, seen)
+        if outer is None or (found is not None and outer != found):
+            return None
+        found = outer
+    return found
 
 
 def _handed_what_is_not_followed(

@@ -72,8 +72,15 @@ def run(ctx: Context) -> None:
         moved[id(call)] = True
         back = not _feeds_a_model(ctx, call, models)
         acc = ctx.accelerator_at(call)
+        # a method run as the wrapper's forward: its call is replaced by `through_forward`
+        device = f"{acc}.device"
+        edits = (
+            rewrites.on_model_device_in_parts(call, device, inputs, back=back)
+            if any(routed is call for routed in ctx.through_forward)
+            else (rewrites.on_model_device(call, device, inputs, back=back),)
+        )
         ctx.plan.add(
-            rewrites.on_model_device(call, f"{acc}.device", inputs, back=back),
+            *edits,
             line=ctx.line(call),
             text=_moved_text(ctx, call, name, acc, inputs, back),
             anywhere=acc != ctx.acc,
