@@ -20,6 +20,7 @@ startup.stop_at_once_while_the_launch_starts()
 import click  # noqa: E402
 
 from accelify import __version__  # noqa: E402
+from accelify.terminal import color_option  # noqa: E402
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -99,6 +100,7 @@ def main() -> None:
     help="Convert files in parallel.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Only errors and the final count.")
+@color_option
 def convert(
     paths: tuple[Path, ...],
     write_files: bool,
@@ -109,6 +111,7 @@ def convert(
     mixed_precision: str | None,
     jobs: int,
     quiet: bool,
+    color: bool | None,
 ) -> None:
     """Convert single-device training scripts to run on N processes.
 
@@ -136,6 +139,7 @@ def convert(
             mixed_precision=mixed_precision,
             jobs=jobs,
             quiet=quiet,
+            color=color,
         )
     )
 
@@ -168,6 +172,7 @@ def convert(
     "else .accelify_cache at the project root].",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Only findings, errors and the final count.")
+@color_option
 def lint(
     paths: tuple[Path, ...],
     fix: bool,
@@ -182,6 +187,7 @@ def lint(
     no_cache: bool,
     cache_dir: Path | None,
     quiet: bool,
+    color: bool | None,
 ) -> None:
     """Report distributed-training misuse in Accelerator scripts (ACC codes).
 
@@ -211,6 +217,7 @@ def lint(
             cache=not no_cache,
             cache_dir=cache_dir,
             quiet=quiet,
+            color=color,
         )
     )
 

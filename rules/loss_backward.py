@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.accelerator_objects import gradients_averaged_by_hand, without_accelerator
 from accelify.analysis.facts import facts_of
-from accelify.analysis.precision import apex_scaled_backward
+from accelify.analysis.precision import accelerator_never_scales, apex_scaled_backward
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.single_device import single_device_twin
 from accelify.analysis.syntax import dotted
@@ -356,7 +356,7 @@ class LossBackward(Rule):
                     message = self.message + accelerator_missing(script, call)
                     yield self.finding(script, call, message=message)
                 continue
-            if _scaled_by_hand(script, call) and not _accelerator_never_scales(script):
+            if _scaled_by_hand(script, call) and not accelerator_never_scales(script):
                 # kept inside accelerator.backward, the GradScaler's scaling would come on top
                 # of the Accelerator's own for fp16, and the scaler's step unscales only its own;
                 # the advice drops the GradScaler, which ACC504 reports where it is made
@@ -418,32 +418,3 @@ def _scaler_constructions(script: ScriptModel, call: cst.Call) -> list[tuple[int
             start = script.position(value).start
             found.append((start.line, start.column + 1, "ACC504"))
     return found
-
-
-def _accelerator_never_scales(script: ScriptModel) -> bool:
-    """Every Accelerator the file makes is given ``mixed_precision="no"`` or ``"bf16"``, or no
-    ``mixed_precision`` at all: none of them scales a loss, so a GradScaler kept inside
-    ``accelerator.backward`` scales it once. Without the argument the launch config decides and
-    defaults to "no"; a script that scales by hand is not launched with fp16, and telling it to
-    drop its GradScaler there would leave its fp16 autocast unscaled."""
-    made = [
-        binding.value
-        for binding in script.of_kind(Kind.ACCELERATOR)
-        if isinstance(binding.value, cst.Call) and not binding.received
-    ]
-    if not made:
-        return False
-    for construction in made:
-        value = next(
-            (
-                argument.value
-                for argument in construction.args  # type: ignore[union-attr]
-                if argument.keyword is not None and argument.keyword.value == "mixed_precision"
-            ),
-            None,
-        )
-        if value is None:
-            continue
-        if not (isinstance(value, cst.SimpleString) and value.evaluated_value in ("no", "bf16")):
-            return False
-    return True

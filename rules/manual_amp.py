@@ -4,11 +4,17 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.accelerator_objects import without_accelerator
-from accelify.analysis.precision import cpu_autocast, device_type_of_the_run
+from accelify.analysis.precision import (
+    COMPUTED_PRECISION,
+    accelerator_never_casts,
+    accelerator_never_scales,
+    cpu_autocast,
+    device_type_of_the_run,
+    made_precisions,
+)
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import (
-    HEADER,
     MULTI_BACKEND_TRAINER,
     PARITY_REFERENCE,
     Example,
@@ -18,53 +24,69 @@ from accelify.lint.rule import (
     calls_accelerator,
 )
 
+#: an Accelerator that scales fp16 losses and casts itself: what a hand-made AMP competes with
+FP16 = "from accelify import Accelerator\naccelerator = Accelerator(mixed_precision='fp16')\n"
+
 
 class ManualAmp(Rule):
     """A hand-made ``GradScaler``, or a ``torch.autocast``/``torch.cuda.amp.autocast`` around the
-    training forward (its body computes what reaches a backward), in a file that trains with an
-    Accelerator: the loss is scaled twice (or by a scaler the Accelerator never unscales before
-    clipping), DeepSpeed and FSDP run their own precision under it, and a ``"cuda"`` autocast
-    does nothing on a CPU rank. An autocast around validation, inference or a frozen model is
-    not reported: nothing there competes with the Accelerator's mixed precision; nor is a
-    bfloat16 autocast (nothing to scale, and fp32 on a CPU rank: the numbers stay right), nor,
-    in a file that scales nothing by hand, an autocast whose device type is read from the device
-    the script runs on (``device_type=self.device.split(":")[0]``): it casts on every rank's own
-    device, and its dtype follows that device, which no one mixed_precision value says (the
-    conversion keeps it, with a review line)."""
+    training forward (its body computes what reaches a backward), in a file whose Accelerator
+    has mixed precision of its own: ``mixed_precision="fp16"`` (or a value the file computes, or
+    an accelerator made elsewhere, whose precision is not known here). There the loss is scaled
+    twice (or by a scaler the Accelerator never unscales before clipping), the Accelerator's
+    autocast overrides the hand-made one inside the forward, and DeepSpeed and FSDP run their
+    own precision under it. Beside an Accelerator without mixed precision (``mixed_precision``
+    left out, the launch default "no"; or "bf16" for a scaler, which then scales alone) the
+    script's own AMP is the only one: that is how convert keeps an AMP no single
+    ``mixed_precision`` value says (with a review line), and it is not reported. Nor is an
+    autocast around validation, inference or a frozen model (nothing there competes with the
+    Accelerator's mixed precision), a bfloat16 autocast (nothing to scale, and fp32 on a CPU
+    rank: the numbers stay right), nor, in a file that scales nothing by hand, an autocast whose
+    device type is read from the device the script runs on (``device_type=self.device.type``):
+    it casts on every rank's own device, and its dtype follows that device."""
 
     code = "ACC504"
     name = "manual-amp"
-    message = "Use Accelerator(mixed_precision=...) and accelerator.autocast() instead"
-    why = "Two scalers scale the loss twice; a CUDA autocast is off on CPU ranks."
+    message = (
+        "Scaled or cast twice: the Accelerator has mixed precision of its own; use "
+        "accelerator.autocast() and accelerator.backward(loss) without a GradScaler, or keep "
+        "this AMP and make the Accelerator's mixed_precision 'no'"
+    )
+    why = (
+        "With Accelerator(mixed_precision='fp16') two scalers scale the loss twice, and the "
+        "Accelerator's autocast overrides this one inside the forward."
+    )
     bad = (
         Example(
-            HEADER + "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+            "import torch\nfrom accelify import Accelerator\n\n"
+            "accelerator = Accelerator(mixed_precision='fp16')\n"
+            "scaler = torch.cuda.amp.GradScaler()\n"
             "accelerator.backward(scaler.scale(loss))\n",
-            4,
+            5,
             10,
         ),
         Example(  # torch >= 2.3's top-level name (a robot-data discriminator's trainer)
-            HEADER + "import torch\nscaler = torch.GradScaler()\n"
+            FP16 + "import torch\nscaler = torch.GradScaler()\n"
             "accelerator.backward(scaler.scale(loss))\nscaler.step(optimizer)\n",
             4,
             10,
         ),
         Example(
-            HEADER
+            FP16
             + "import torch\nwith torch.autocast('cuda', dtype=torch.float16):\n"
             + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
             4,
             6,
         ),
         Example(
-            HEADER
+            FP16
             + "import torch\nwith torch.cuda.amp.autocast():\n    loss = model(x).sum()\n"
             + "    loss.backward()\n",
             4,
             6,
         ),
         Example(
-            HEADER
+            FP16
             + "import torch\n"
             + "with torch.autocast('cuda', dtype=torch.float16 if amp else torch.float32):\n"
             + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
@@ -72,53 +94,84 @@ class ManualAmp(Rule):
             6,
         ),
         Example(  # a device type read from the device, beside a scaler the file uses by hand
-            HEADER
+            FP16
             + "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
             + "with torch.autocast(device.type):\n    loss = model(x).sum()\n"
             + "accelerator.backward(scaler.scale(loss))\n",
             4,
             10,
         ),
+        Example(  # a precision the file computes may be fp16
+            "from accelify import Accelerator\n"
+            "accelerator = Accelerator(mixed_precision=args.mixed_precision)\n"
+            "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+            "accelerator.backward(scaler.scale(loss))\n",
+            4,
+            10,
+        ),
+        Example(  # an accelerator made elsewhere: its precision is not known here
+            "import torch\n\n\ndef train(accelerator, model, x):\n"
+            "    scaler = torch.cuda.amp.GradScaler()\n"
+            "    accelerator.backward(scaler.scale(model(x).sum()))\n",
+            5,
+            14,
+        ),
     )
     good = (
+        # the first bad example as the message advises: the Accelerator scales and casts
+        "from accelify import Accelerator\n\n"
+        "accelerator = Accelerator(mixed_precision='fp16')\n"
+        "with accelerator.autocast():\n    loss = model(x).sum()\n"
+        "accelerator.backward(loss)\n",
+        # what convert keeps where no single mixed_precision value says what the script's AMP
+        # does (with a review line): the Accelerator has none, the script's AMP is the only one
+        "import torch\nfrom accelify import Accelerator\n\naccelerator = Accelerator()\n"
+        "scaler = torch.cuda.amp.GradScaler(enabled=amp)\n"
+        "with torch.autocast(device_type=device.type, enabled=amp):\n"
+        "    loss = criterion(model(x), y)\n"
+        "accelerator.backward(scaler.scale(loss))\nscaler.step(optimizer)\nscaler.update()\n",
+        # a bf16 Accelerator scales nothing: the hand-made scaler scales once
+        "import torch\nfrom accelify import Accelerator\n\n"
+        "accelerator = Accelerator(mixed_precision='bf16')\n"
+        "scaler = torch.cuda.amp.GradScaler()\naccelerator.backward(scaler.scale(loss))\n",
         PARITY_REFERENCE,
         MULTI_BACKEND_TRAINER,
-        HEADER + "with accelerator.autocast():\n    y = f(x)\n",
-        HEADER
+        FP16 + "with accelerator.autocast():\n    y = f(x)\n",
+        FP16
         + "import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n"
         + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
         "import torch\n\n\ndef save_fsdp_model(accelerator, model, path):\n"
         "    if accelerator.is_main_process:\n        torch.save(model.state_dict(), path)\n\n\n"
         "def get_grad_scaler(**kwargs):\n    return torch.amp.GradScaler(**kwargs)\n",
-        HEADER + "import torch\nwith torch.autocast('cuda'):\n    images = pipeline(prompt)\n",
+        FP16 + "import torch\nwith torch.autocast('cuda'):\n    images = pipeline(prompt)\n",
         # one scaler per model, handed to the Accelerator in turn: it scales once (imagen)
-        HEADER
+        FP16
         + "import torch\nscalers = [torch.cuda.amp.GradScaler(enabled=fp16) for _ in unets]\n"
         + "accelerator.scaler = scalers[index]\naccelerator.backward(loss)\n",
-        HEADER
+        FP16
         + "import torch\nwith torch.no_grad(), torch.autocast('cuda'):\n"
         + "    logits = model(x)\naccelerator.backward(other_loss)\n",
         # bf16 on CUDA, fp32 elsewhere: nothing to scale either way
-        HEADER
+        FP16
         + "import torch\n"
         + "with torch.autocast(device.type, dtype=torch.bfloat16 if cuda else torch.float32):\n"
         + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
         # the device type read from the device the trainer runs on (a converted trainer's
         # ``self.device = str(self.accelerator.device)``), nothing scaled by hand
-        HEADER
+        FP16
         + "import torch\nwith torch.autocast(device_type=device.split(':')[0], enabled=amp):\n"
         + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
         # a CPU autocast, nothing scaled by hand: a no-op on GPU ranks, as written on CPU ones
         # (a converted script's, kept with a review line: no mixed_precision casts float16 on
         # the CPU)
-        HEADER
+        FP16
         + "import torch\nwith torch.autocast('cpu', dtype=torch.float16):\n"
         + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
-        HEADER
+        FP16
         + "import torch\nwith torch.autocast(device_type='cpu', dtype=ptdtype, enabled=bf16):\n"
         + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
         # a validation method's ``output`` is not the one another method's backward reads
-        HEADER
+        FP16
         + "import torch\n\n\ndef train_step(x):\n    output = model(x)\n"
         + "    accelerator.backward(output.sum())\n\n\ndef valid_step(x):\n"
         + "    with torch.autocast('cuda'):\n        output = model(x)\n    return output\n",
@@ -136,12 +189,41 @@ class ManualAmp(Rule):
                 continue  # neither: the walk up of `without_accelerator` is not needed
             if without_accelerator(script, call):
                 continue  # the plain-PyTorch path of a script that runs with or without one
-            if not scaler and not scales and device_type_of_the_run(script, call):
+            if scaler:
+                if not accelerator_never_scales(script):
+                    yield self.finding(script, call, message=_twice("scaler", script))
+                continue
+            if not scales and device_type_of_the_run(script, call):
                 continue  # casts on this rank's own device, unscaled: nothing to replace
-            if not scaler and not scales and cpu_autocast(script, call):
+            if not scales and cpu_autocast(script, call):
                 continue  # a CPU cast, unscaled: runs as before, and no precision replaces it
-            if scaler or (not _bfloat16(call) and _around_training(script, call)):
-                yield self.finding(script, call)
+            if accelerator_never_casts(script):
+                continue  # the only autocast: the Accelerator casts nothing
+            if not _bfloat16(call) and _around_training(script, call):
+                yield self.finding(script, call, message=_twice("autocast", script))
+
+
+def _twice(what: str, script: ScriptModel) -> str:
+    """The advice, said as convert says why it keeps a script's AMP: with mixed precision
+    the Accelerator does the same work again, without it the script's own is the only one."""
+    made = made_precisions(script)
+    if not made:
+        whose = "the Accelerator (made elsewhere: its mixed_precision is not known here) may"
+    elif COMPUTED_PRECISION in made:
+        whose = "the Accelerator's mixed_precision is computed here, and it may"
+    else:
+        whose = "the Accelerator's mixed_precision is set, and it will"
+    if what == "scaler":
+        return (
+            f"GradScaler beside the Accelerator's own: {whose} scale the loss again; call "
+            "accelerator.backward(loss) without it (drop its scale, step and update), or keep "
+            "it and make the Accelerator's mixed_precision 'no'"
+        )
+    return (
+        f"autocast beside the Accelerator's own: {whose} cast the forward again; use "
+        "accelerator.autocast() instead, or keep it and make the Accelerator's "
+        "mixed_precision 'no'"
+    )
 
 
 def _scales_by_hand(script: ScriptModel) -> bool:

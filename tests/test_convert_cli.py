@@ -114,3 +114,32 @@ def test_a_script_for_a_newer_python_is_named_not_blamed_on_the_conversion(tmp_p
     assert f"{script}:2: this Python" in result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     assert script.read_text() == source
+
+
+def test_the_diff_is_colored_where_asked_and_never_with_no_color(tmp_path: Path):
+    """``--color/--no-color`` as ruff and git spell them (trial20): a pipe gets no color
+    unless ``--color`` asks; ``--no-color`` and ``NO_COLOR`` turn it off on a terminal."""
+    from accelify import terminal
+
+    script = tmp_path / "gan.py"
+    shutil.copy(GAN, script)
+    piped = run_accelify("convert", script)
+    forced = run_accelify("convert", script, "--color")
+    off = run_accelify("convert", script, "--no-color")
+    for result in (piped, forced, off):
+        assert_ok(result)
+    assert "\x1b[" not in piped.stdout and "\x1b[" not in off.stdout
+    assert "\x1b[32m+            accelerator.backward(d_loss, retain_graph=True)" in forced.stdout
+
+    class _Terminal:
+        def isatty(self) -> bool:
+            return True
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stdout", _Terminal())
+        patch.delenv("NO_COLOR", raising=False)
+        assert terminal.use_color(None) and not terminal.use_color(False)
+        patch.setenv("NO_COLOR", "1")
+        assert not terminal.use_color(None) and terminal.use_color(True)
+        patch.setenv("NO_COLOR", "")  # no-color.org: set but empty does not count
+        assert terminal.use_color(None)

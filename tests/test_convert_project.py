@@ -2377,3 +2377,18 @@ def test_a_meter_class_of_a_sibling_module_read_after_training_gets_a_review_lin
         (20, "losses (AverageMeter)"),
         (21, "synced (meters.SyncedMeter)"),
     ]
+
+
+def test_a_dict_of_loaders_an_engine_prepares_itself_is_named_in_the_drivers_note():
+    """trial20: the driver's note on an already converted engine said "prepares , self.model":
+    the dict prepared entry by entry has no input name; it is named as it is kept."""
+    from accelify.convert.project import prepared_by_hand
+
+    engine = (
+        b"class Trainer:\n    def __init__(self, model, loaders):\n"
+        b"        self.accelerator = Accelerator()\n"
+        b"        self.loaders = {\n"
+        b"            k: self.accelerator.prepare(v) for k, v in loaders.items()\n        }\n"
+        b"        self.model = self.accelerator.prepare(model)\n"
+    )
+    assert prepared_by_hand(engine, "engine.py") == ["self.loaders", "model"]

@@ -576,3 +576,48 @@ def _rewritten_call(model: ScriptModel, receiver: cst.CSTNode) -> bool:
     if method.attr.value == "scale":
         return isinstance(after, cst.Attribute) and after.attr.value == "backward"
     return method.attr.value in ("step", "update", "unscale_") and isinstance(after, cst.Expr)
+
+
+#: a ``mixed_precision`` the file computes (``args.mixed_precision``, ``**kwargs``)
+COMPUTED_PRECISION = "computed"
+
+
+def made_precisions(script: ScriptModel) -> set[str]:
+    """The ``mixed_precision`` of each Accelerator the file makes itself: the literal value
+    (``"fp16"``), ``"no"`` where the argument is left out (the launch config decides, and it
+    is "no" unless asked: a script that carries its own GradScaler or autocast is not launched
+    with another precision on top), `COMPUTED_PRECISION` where the file computes it or may
+    hand it in ``**kwargs``. Empty where the file makes none (an accelerator received, or held
+    by a base class: its precision is not known here)."""
+    found = set()
+    for binding in script.of_kind(Kind.ACCELERATOR):
+        construction = binding.value
+        if not isinstance(construction, cst.Call) or binding.received:
+            continue
+        if any(argument.star for argument in construction.args):
+            found.add(COMPUTED_PRECISION)
+            continue
+        value = argument_value(construction, "mixed_precision", position=None)
+        if value is None:
+            found.add("no")
+        elif isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
+            found.add(value.evaluated_value)
+        else:
+            found.add(COMPUTED_PRECISION)
+    return found
+
+
+def accelerator_never_scales(script: ScriptModel) -> bool:
+    """Every Accelerator the file makes runs without fp16 (``mixed_precision`` left out,
+    ``"no"`` or ``"bf16"``): none scales a loss, so a GradScaler of the file's own scales it
+    once (convert keeps one so, with a review line, where no single mixed_precision value
+    says what the script's AMP does)."""
+    made = made_precisions(script)
+    return bool(made) and made <= {"no", "bf16"}
+
+
+def accelerator_never_casts(script: ScriptModel) -> bool:
+    """Every Accelerator the file makes runs without mixed precision (``mixed_precision``
+    left out or ``"no"``): the file's own autocast is the only one."""
+    made = made_precisions(script)
+    return bool(made) and made <= {"no"}

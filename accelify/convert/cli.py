@@ -12,7 +12,7 @@ from accelify.convert.files import collect, convert_all, write
 from accelify.convert.report import summary
 from accelify.edits.diff import unified_diff
 from accelify.errors import UserError
-from accelify.terminal import colorize
+from accelify.terminal import echo_diff, use_color
 
 
 def run_convert(
@@ -26,6 +26,7 @@ def run_convert(
     mixed_precision: str | None,
     jobs: int,
     quiet: bool,
+    color: bool | None = None,
 ) -> int:
     files = list(collect(paths))
     if output is not None and (len(files) != 1 or write_files):
@@ -43,7 +44,7 @@ def run_convert(
         show_diff = not (write_files or output is not None or quiet or check)
     errors = 0
     changed = 0
-    color = sys.stdout.isatty()
+    color = use_color(color)
     for result in results:
         if isinstance(result, UserError):
             click.echo(f"accelify: error: {result}", err=True)
@@ -71,7 +72,7 @@ def _show(
         return
     if show_diff and result.changed:
         diff = unified_diff(result.path, result.original, result.converted)
-        click.echo(colorize(diff) if color else diff, nl=False)
+        echo_diff(diff, color)
     if summarize:
         click.echo(summary(result))
 

@@ -27,6 +27,7 @@ from accelify.convert.handed_loaders import handed_loaders
 from accelify.convert.import_prints import import_time_prints
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.unread_devices import drop_unread_devices
+from accelify.convert.waited_reads import waited_before
 from accelify.convert.wrap_lines import wrap_long_lines
 from accelify.edits.apply import ApplyPlan
 from accelify.edits.plan import Note, statement
@@ -378,7 +379,7 @@ def _drives_another_file(
     barrier = None
     if reach is not None:
         writers = [there[e.module] for e in driven if there[e.module].when != "converted alone"]
-        found_read = _read_back(model, reach[1], writers, own_saves=bool(saved))
+        found_read = _read_back(model, reach, writers, own_saves=bool(saved))
         if found_read is not None and found_read[1] is None:
             reviews.append(
                 Note(
@@ -768,31 +769,39 @@ def _builtin_prints(model: ScriptModel) -> list[cst.Call]:
 
 
 def _read_back(
-    model: ScriptModel, bound: cst.CSTNode, writers: list[_There], own_saves: bool = False
+    model: ScriptModel,
+    reach: tuple[str, cst.CSTNode],
+    writers: list[_There],
+    own_saves: bool = False,
 ) -> tuple[cst.Call, cst.CSTNode | None] | None:
     """The first read of a file (``torch.load(f"{out}/best.pt")``) that every rank runs below
-    ``bound`` (the statement that makes the trainer) in its scope, where a module this file
-    trains through writes files on the main process only (``accelerator.save`` of its best
-    checkpoint): the paths are spelled in two modules, so any such read may be of what was
-    written; a barrier costs one wait. With the read's own statement in its innermost block,
-    where the barrier goes (in ``for r in ...: trainer.fit(); torch.load(...)`` each round's
-    read waits for that round's write), or None there when a condition the ranks may disagree
-    on holds the read (a barrier there would hang the ranks that skip it: said, not placed).
-    None where nothing is read back. ``own_saves``: this file's own saves were moved onto the
-    main process (`_saves_once`), so its reads wait for them alike."""
+    the statement that makes the trainer (``reach``, with the accelerator the trainer holds),
+    in its scope, where a module this file trains through writes files on the main process
+    only (``accelerator.save`` of its best checkpoint): the paths are spelled in two modules,
+    so any such read may be of what was written; a barrier costs one wait. With the read's own
+    statement in its innermost block, where the barrier goes (in ``for r in ...: trainer.fit();
+    torch.load(...)`` each round's read waits for that round's write), or None there when a
+    condition the ranks may disagree on holds the read (a barrier there would hang the ranks
+    that skip it: said, not placed). None where nothing is read back, or where a barrier on
+    that accelerator already stands before the read (`waited_before`: a driver converted
+    already, which must convert to itself). ``own_saves``: this file's own saves were moved
+    onto the main process (`_saves_once`), so its reads wait for them alike."""
     if not own_saves and not any(_writes_on_one_rank(there.source) for there in writers):
         return None
+    acc, bound = reach
     shared = facts_of(model).shared_files
     for read, _ in sorted(shared.file_reads(), key=lambda pair: model.order(pair[0])):
         if not project.in_scope_below(model, read, bound) or model.under_rank_guard(read):
             continue
-        if shared.divergent_around(read) is not None or shared.parting_before(read) is not None:
-            return read, None
         own = next(
             a
             for a in [read, *model.ancestors(read)]
             if isinstance(model.parent(a), (cst.Module, cst.IndentedBlock))
         )
+        if waited_before(model, own, acc):
+            return None
+        if shared.divergent_around(read) is not None or shared.parting_before(read) is not None:
+            return read, None
         return read, own
     return None
 

@@ -1076,12 +1076,20 @@ def _backward_reached(model: ScriptModel, function: str) -> int | None:
 
 def prepared_by_hand(source: bytes, label: str) -> list[str]:
     """What a module that already uses an Accelerator prepares itself (``model, optimizer,
-    loader`` of ``self.accelerator.prepare(model, optimizer, loader)``), as written."""
+    loader`` of ``self.accelerator.prepare(model, optimizer, loader)``), as written. A dict of
+    loaders prepared entry by entry (``self.loaders = {k: self.accelerator.prepare(v) for k, v
+    in self.loaders.items()}``) by the name it is kept as, as the engine's own conversion
+    lists it (its input is no name: trial20's "prepares , self.model")."""
     try:
         module = parse(source, label)
     except UserError:
         return []
-    return [name for prepare in analyze(module).prepare_calls for name in prepare.inputs]
+    model = analyze(module)
+    found = []
+    for prepare in model.prepare_calls:
+        entry_by_entry = isinstance(model.parent(prepare.call), cst.DictComp)
+        found += [name for name in (prepare.outputs if entry_by_entry else prepare.inputs) if name]
+    return found
 
 
 def _analyzed(file: Path) -> ScriptModel | None:

@@ -6,7 +6,6 @@ import atexit
 import contextlib
 import functools
 import gc
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +20,7 @@ from accelify.lint.finding import Finding
 from accelify.lint.output import render, statistics
 from accelify.lint.selection import Selection, load_settings, resolve_selectors
 from accelify.source import python_files, write_atomically
-from accelify.terminal import colorize
+from accelify.terminal import echo_diff, use_color
 
 if TYPE_CHECKING:
     import subprocess
@@ -44,6 +43,7 @@ def run_lint(
     cache: bool = True,
     cache_dir: Path | None = None,
     quiet: bool = False,
+    color: bool | None = None,
 ) -> int:
     try:
         settings = load_settings(Path.cwd())
@@ -64,7 +64,7 @@ def run_lint(
     for result in failed:
         click.echo(f"accelify: error: {result.path}: {result.error}", err=True)
     if diff:
-        _show_diffs(changed)
+        _show_diffs(changed, use_color(color))
         fixes = sum(r.fixed_count for r in changed)
         click.echo(f"Would fix {fixes} error{_plural(fixes)}." if fixes else "No fixes.")
         return 2 if failed else 1 if changed and not exit_zero else 0
@@ -104,12 +104,12 @@ def _selection(
     )
 
 
-def _show_diffs(changed: list[FileResult]) -> None:
+def _show_diffs(changed: list[FileResult], color: bool) -> None:
     from accelify.edits.diff import unified_diff
 
     for result in changed:
         text = unified_diff(result.path, result.original, result.fixed, change="fixed")
-        click.echo(colorize(text) if sys.stdout.isatty() else text, nl=False)
+        echo_diff(text, color)
 
 
 def _summary(findings: list[Finding], fixed: int) -> str:
