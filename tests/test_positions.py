@@ -92,7 +92,7 @@ def test_a_libcst_without_the_internals_falls_back_to_its_provider(monkeypatch) 
 
     module = cst.parse_module("x = 1\nif x:\n    y = [x,\n         2]\n")
     monkeypatch.setitem(sys.modules, "accelify.analysis.positions", None)  # import fails
-    fallback = script_model._positions_of(module)
+    fallback = script_model.positions_of(module)
     monkeypatch.undo()
     assert not isinstance(fallback, Positions)
     ours = Positions(module)
@@ -126,7 +126,7 @@ def test_internals_that_changed_fall_back_to_the_public_provider(monkeypatch, br
     try:
         assert not faithful()
         module = cst.parse_module("@d\ndef f(a):\n    if a: return (a)\n")
-        fallback = script_model._positions_of(module)
+        fallback = script_model.positions_of(module)
         assert not isinstance(fallback, Positions)
         theirs = PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True))
         assert all(fallback[node] == at for node, at in theirs.items())
