@@ -3,6 +3,7 @@ from __future__ import annotations
 import atexit
 import compileall
 import contextlib
+import functools
 import hashlib
 import io
 import itertools
@@ -18,10 +19,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from accelify.runtime.launch import forking, leftovers
+
+if TYPE_CHECKING:
+    from accelify.lint.engine import FileResult
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -380,6 +385,25 @@ def assert_ok(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, (
         f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     )
+
+
+def case_group(case: Path) -> str:
+    """The pytest-xdist group of a golden conversion's tests (fixtures/convert/<case>/), of
+    every file that has them: one worker runs them all, with what it cached for the case."""
+    return f"convert-{case.name}"
+
+
+@functools.lru_cache(maxsize=8)
+def lint_every_rule(data: bytes, path: str) -> FileResult:
+    """`lint_source` of ``data`` with every rule selected, kept for the next test that asks for
+    the same file: test_convert_fixtures and test_lint_reach both lint each golden's after.py
+    so, in one xdist group per case (one worker runs the case's tests one after another), and
+    it is linted once, not twice (about 12 CPU-seconds of the suite). Read only: a test must
+    not change the result."""
+    from accelify.lint.engine import lint_source
+    from accelify.lint.selection import Selection
+
+    return lint_source(data, path, Selection(select=["ACC"]))
 
 
 #: Numbers the folders `_own_folder` makes in this process

@@ -15,18 +15,18 @@ import pytest
 
 from accelify.convert import Conversion, Options, convert_source
 from accelify.errors import UserError
-from accelify.lint.engine import lint_source
-from accelify.lint.selection import Selection
-from conftest import FIXTURES, run_accelify
+from conftest import FIXTURES, case_group, lint_every_rule, run_accelify
 
 CASES = sorted(path for path in (FIXTURES / "convert").iterdir() if path.is_dir())
 CONVERTIBLE = [case for case in CASES if (case / "after.py").exists()]
-#: The cases again, for the tests that read a case's conversion (`convert_case`), each case's in
-#: one pytest-xdist group: the conversion is cached per process, and the worker that made it
-#: runs the case's other tests, where tests dealt out one by one made it again in each worker
-#: that drew one of them (0.75 conversions more per case, 0.085 CPU-seconds each, on 2 workers)
+#: The cases again, for the tests that read a case's conversion (`convert_case`) or lint its
+#: after.py (`lint_every_rule`), each case's in one pytest-xdist group (test_lint_reach's test
+#: of the after.py too): the conversion and the lint are cached per process, and the worker that
+#: made them runs the case's other tests, where tests dealt out one by one made them again in
+#: each worker that drew one of them (0.75 conversions more per case, 0.085 CPU-seconds each,
+#: on 2 workers)
 CONVERTED = [
-    pytest.param(case, id=case.name, marks=pytest.mark.xdist_group(f"convert-{case.name}"))
+    pytest.param(case, id=case.name, marks=pytest.mark.xdist_group(case_group(case)))
     for case in CONVERTIBLE
 ]
 
@@ -169,8 +169,7 @@ def test_what_lint_still_finds_in_the_conversion_was_left_for_review(case: Path)
     they were and named in a review line of its summary (the finding's own line, or the line its
     message names when it sits at a call site)."""
     after = case / "after.py"
-    every_rule = Selection(select=["ACC"])
-    findings = lint_source(after.read_bytes(), str(after), every_rule).findings
+    findings = lint_every_rule(after.read_bytes(), str(after)).findings
     reviewed = {note.line for note in convert_case(case).reviews}
     unexplained = []
     for finding in findings:

@@ -17,7 +17,7 @@ from accelify.lint.engine import lint_source
 from accelify.lint.finding import Finding
 from accelify.lint.registry import all_rules
 from accelify.lint.selection import Selection
-from conftest import FIXTURES
+from conftest import FIXTURES, case_group, lint_every_rule
 
 REACH = FIXTURES / "lint" / "reach"
 EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>ACC\d+(?:\s*,\s*ACC\d+)*)")
@@ -102,15 +102,29 @@ def test_objects_that_only_look_like_an_accelerator_are_not_one(code: str):
 # --- every finding of every rule, on every example and fixture --------------------------------
 
 
-def _corpus() -> list[tuple[str, str]]:
+def _corpus() -> list[tuple[str, str, str]]:
+    """(id, code, the path it is linted as): a rule's example as ``case.py``, a fixture as the
+    file it is; a golden's after.py in its case's xdist group, whose test_convert_fixtures test
+    lints it too (`lint_every_rule`)."""
     cases = []
     for rule in all_rules():
-        cases += [(f"{rule.code}-bad-{i}", e.code) for i, e in enumerate(rule.bad)]
-        cases += [(f"{rule.code}-good-{i}", code) for i, code in enumerate(rule.good)]
+        cases += [(f"{rule.code}-bad-{i}", e.code, "case.py") for i, e in enumerate(rule.bad)]
+        cases += [(f"{rule.code}-good-{i}", code, "case.py") for i, code in enumerate(rule.good)]
     for path in sorted(FIXTURES.rglob("*.py")):
         if "syntax_error" not in path.parts:
-            cases.append((path.relative_to(FIXTURES).as_posix(), path.read_text()))
+            cases.append((path.relative_to(FIXTURES).as_posix(), path.read_text(), str(path)))
     return cases
+
+
+def _corpus_params() -> list:
+    params = []
+    for case, code, path in _corpus():
+        golden = Path(path)
+        marks = ()
+        if golden.name == "after.py" and golden.parent.parent == FIXTURES / "convert":
+            marks = pytest.mark.xdist_group(case_group(golden.parent))
+        params.append(pytest.param(case, code, path, id=case, marks=marks))
+    return params
 
 
 ONE_RANK_ADVICE = re.compile(r"main process only|is_main_process|on one rank|guard", re.I)
@@ -156,9 +170,11 @@ def _overrides(script: ScriptModel, function: cst.FunctionDef) -> list[cst.Funct
     return [function, *(node for node in same_name if node is not function)]
 
 
-@pytest.mark.parametrize(("case", "code"), _corpus(), ids=[case for case, _ in _corpus()])
-def test_findings_sit_where_the_bug_is_and_never_send_training_to_one_rank(case: str, code: str):
-    findings = lint_source(code.encode(), "case.py", EVERY_RULE).findings
+@pytest.mark.parametrize(("case", "code", "path"), _corpus_params())
+def test_findings_sit_where_the_bug_is_and_never_send_training_to_one_rank(
+    case: str, code: str, path: str
+):
+    findings = lint_every_rule(code.encode(), path).findings
     if not findings:
         return
     script = analyze(cst.parse_module(code))

@@ -4,12 +4,13 @@ fixture, and for code written with the shapes that record a syntactic position d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import libcst as cst
 import pytest
 from libcst._nodes.internal import CodegenState
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from accelify.analysis.positions import Positions, _PositionState, faithful
 
@@ -30,14 +31,33 @@ def _same_as_libcst(module: cst.Module) -> int:
     return seen
 
 
-def test_every_fixture_node_has_libcsts_position() -> None:
+def test_every_fixture_node_has_libcsts_position_whole_and_statement_wise() -> None:
+    """Over every fixture: `Positions` gives each node (the module and trivia included) libcst's
+    range, and `StatementPositions` (each top-level statement's own code generation placed by its
+    text) gives each node below the module the same; most fixtures never need the whole module's
+    pass. One parse and one walk of each file serve both checks."""
     assert len(SOURCES) > 100
+    stayed = 0
     for path in SOURCES:
+        data = path.read_bytes()
         try:
-            module = cst.parse_module(path.read_bytes())
+            module = cst.parse_module(data)
         except cst.ParserSyntaxError:
             continue
-        assert _same_as_libcst(module) > 0, path
+        try:
+            code = data.decode("utf-8")
+        except UnicodeDecodeError:
+            assert _same_as_libcst(module) > 0, path
+            continue
+        if module.encoding != "utf-8":  # (a BOM or another coding: libcst read other text)
+            assert _same_as_libcst(module) > 0, path
+            module = cst.parse_module(code)
+            theirs = None
+        else:
+            theirs = PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True))
+        _, whole_never_asked = _statement_wise_as_whole(module, code, theirs)
+        stayed += whole_never_asked
+    assert stayed > len(SOURCES) // 2
 
 
 def test_shapes_with_hoisted_and_multiline_positions() -> None:
@@ -72,7 +92,7 @@ def test_a_libcst_without_the_internals_falls_back_to_its_provider(monkeypatch) 
 
     module = cst.parse_module("x = 1\nif x:\n    y = [x,\n         2]\n")
     monkeypatch.setitem(sys.modules, "accelify.analysis.positions", None)  # import fails
-    fallback = script_model._positions_of(module)
+    fallback = script_model.positions_of(module)
     monkeypatch.undo()
     assert not isinstance(fallback, Positions)
     ours = Positions(module)
@@ -106,7 +126,7 @@ def test_internals_that_changed_fall_back_to_the_public_provider(monkeypatch, br
     try:
         assert not faithful()
         module = cst.parse_module("@d\ndef f(a):\n    if a: return (a)\n")
-        fallback = script_model._positions_of(module)
+        fallback = script_model.positions_of(module)
         assert not isinstance(fallback, Positions)
         theirs = PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True))
         assert all(fallback[node] == at for node, at in theirs.items())
@@ -116,14 +136,18 @@ def test_internals_that_changed_fall_back_to_the_public_provider(monkeypatch, br
     assert faithful()
 
 
-def _statement_wise_as_whole(code: str) -> tuple[int, bool]:
-    """Every node of the module (trivia included) gets from `StatementPositions` the range
-    `Positions` of the whole module gives it; also whether no lookup needed the whole module's
-    pass."""
+def _statement_wise_as_whole(
+    module: cst.Module, code: str, theirs: Mapping[cst.CSTNode, CodeRange] | None = None
+) -> tuple[int, bool]:
+    """Every node of ``module`` (parsed from ``code``; trivia included) gets from
+    `StatementPositions` the range `Positions` of the whole module gives it; also whether no
+    lookup needed the whole module's pass. ``theirs``: libcst's positions of the module, which
+    `Positions` must give each node too (the module included), checked in the same walk."""
     from accelify.analysis.positions import StatementPositions
 
-    module = cst.parse_module(code)
     whole = Positions(module)
+    if theirs is not None:
+        assert whole[module] == theirs[module], (module, whole[module], theirs[module])
     parents: dict[int, cst.CSTNode] = {}
     tops: dict[int, cst.CSTNode] = {}  # each node's top-level statement
     stack: list[cst.CSTNode] = [module]
@@ -131,6 +155,8 @@ def _statement_wise_as_whole(code: str) -> tuple[int, bool]:
     while stack:
         node = stack.pop()
         for child in node.children:
+            if theirs is not None:
+                assert whole[child] == theirs[child], (child, whole[child], theirs[child])
             parents[id(child)] = node
             tops[id(child)] = child if node is module else tops[id(node)]
             nodes.append(child)
@@ -139,28 +165,13 @@ def _statement_wise_as_whole(code: str) -> tuple[int, bool]:
     by_statement: dict[int, StatementPositions] = {}
     stayed = True
     for node in nodes:
-        positions = by_statement.setdefault(
-            id(tops[id(node)]), StatementPositions(module, code, parents)
-        )
+        top = id(tops[id(node)])
+        positions = by_statement.get(top)
+        if positions is None:
+            positions = by_statement[top] = StatementPositions(module, code, parents)
         assert positions[node] == whole[node], (node, positions[node], whole[node])
         stayed = stayed and positions._whole is None
     return len(nodes), stayed
-
-
-def test_statement_wise_positions_are_the_whole_modules_on_every_fixture() -> None:
-    """Each top-level statement's positions, from its own code generation placed by its text,
-    are the module's; most fixtures never need the whole module's pass."""
-    stayed = 0
-    for path in SOURCES:
-        data = path.read_bytes()
-        try:
-            code = data.decode("utf-8")
-            cst.parse_module(code)
-        except (UnicodeDecodeError, cst.ParserSyntaxError):
-            continue
-        _, whole_never_asked = _statement_wise_as_whole(code)
-        stayed += whole_never_asked
-    assert stayed > len(SOURCES) // 2
 
 
 @pytest.mark.parametrize(
@@ -181,7 +192,7 @@ def test_statement_wise_positions_are_the_whole_modules_on_every_fixture() -> No
     ],
 )
 def test_statement_wise_positions_of_shapes_that_must_not_be_guessed(code: str) -> None:
-    seen, _ = _statement_wise_as_whole(code)
+    seen, _ = _statement_wise_as_whole(cst.parse_module(code), code)
     assert seen > 0
 
 

@@ -64,7 +64,7 @@ _CONVERSIONS = frozenset({"int", "str", "bool", "float", "getattr", "get", "gete
 OPTIMIZER_METHODS = {"configure_optimizers"}
 
 
-def _positions_of(
+def positions_of(
     module: cst.Module,
     source: str | None = None,
     parents: Mapping[int, cst.CSTNode] | None = None,
@@ -257,7 +257,7 @@ class ScriptModel:
         if self._positions is None:
             # the text analysed, where it was handed over (`analyze`): no code generation for it
             source = self.__dict__.get("source")
-            self._positions = _positions_of(self.module, source, self.parents)
+            self._positions = positions_of(self.module, source, self.parents)
         return self._positions[node]
 
     def line(self, node: cst.CSTNode) -> int:
