@@ -46,6 +46,7 @@ CASES = [
     "training_step_of_a_model_class_runs_as_the_wrappers_forward",
     "ema_copy_made_by_a_method_the_trainer_constructor_calls",
     "evaluation_through_map",
+    "evaluation_through_map_of_unpacked_batches",
     "evaluation_through_a_partial_alias",
     "evaluation_through_partial_and_lambda",
 ]

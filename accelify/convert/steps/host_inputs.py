@@ -25,7 +25,7 @@ import libcst as cst
 
 from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import moved_to, strip_moves
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import bound_arguments, unpacked_arguments_for
 from accelify.analysis.outside_forward import defined_by_a_module_class
 from accelify.analysis.partial_calls import partial_arguments
 from accelify.analysis.script_model import Kind, Loop
@@ -215,11 +215,17 @@ def _trains(ctx: Context, node: cst.For) -> bool:
     return any(loop.node is node and loop.trains for loop in ctx.model.loops)
 
 
+#: Calls that run the function they are handed on each item of what follows it: ``map``
+#: hands the item, ``starmap`` its elements (``starmap(lambda x, y: ..., loader)``).
+_MAPPING_CALLS = frozenset({"builtins.map", "map", "itertools.starmap"})
+
+
 def _mapped_over_whole_loaders(ctx: Context, name: str, at: cst.CSTNode) -> bool:
     """``b`` of ``map(lambda b: score_batch(model, b), val_loader)`` when the conversion leaves
     ``val_loader`` whole (no gather fits inside ``map()``): the lambda's parameter takes each
-    batch of loaders no prepare took, made on the host like every tensor of a CPU-only script,
-    so the model call it reaches needs them sent to the device."""
+    batch of loaders no prepare took (``x`` of ``starmap(lambda x, y: ..., val_loader)`` an
+    element of one), made on the host like every tensor of a CPU-only script, so the model
+    call it reaches needs them sent to the device."""
     lam = next((a for a in ctx.model.ancestors(at) if isinstance(a, cst.Lambda)), None)
     if lam is None or name not in {p.name.value for p in lam.params.params}:
         return False
@@ -227,7 +233,8 @@ def _mapped_over_whole_loaders(ctx: Context, name: str, at: cst.CSTNode) -> bool
     call = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
     if not isinstance(call, cst.Call) or call.args[0] is not argument:
         return False
-    if "builtins.map" not in ctx.model.qualified(call.func) and dotted(call.func) != "map":
+    called = ctx.model.qualified(call.func) | {dotted(call.func) or ""}
+    if not called & _MAPPING_CALLS:
         return False
     iterables = call.args[1:]
     return bool(iterables) and all(
@@ -882,12 +889,21 @@ def _passed_for_parameter(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.
 def _call_site_arguments(ctx: Context, parameter: str, at: cst.CSTNode) -> list[cst.Arg]:
     """What the calls of the function around ``at`` pass for its ``parameter``, those made
     through ``functools.partial`` included (``check = partial(evaluate, model)`` then
-    ``check(val_loader)``: ``model`` and ``val_loader``)."""
+    ``check(val_loader)``: ``model`` and ``val_loader``), and an unpacked argument that may
+    fill it (``*batch`` of ``score(model, *batch)``: an element of ``batch`` is made where
+    ``batch`` is)."""
     function = ctx.facts.placement.enclosing_function(at)
-    through = partial_arguments(ctx.model, function, parameter) if function is not None else []
+    if function is None:
+        return []
+    through = partial_arguments(ctx.model, function, parameter)
     if through is None:
         return []  # a partial may fill it with what is not known here
-    return ctx.facts.flow.call_site_arguments(parameter, at) + through
+    unpacked = [
+        argument
+        for call, implicit in ctx.facts.flow.calls_of(function)
+        for argument in unpacked_arguments_for(function, call, parameter, implicit)
+    ]
+    return ctx.facts.flow.call_site_arguments(parameter, at) + unpacked + through
 
 
 def _batch_of_handed_whole_loaders(ctx: Context, name: str, at: cst.CSTNode) -> bool:
