@@ -255,16 +255,30 @@ def _a_whole_loader(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode) ->
 
 
 def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
-    """``loop`` only evaluates, over a loader named as such (not a dict's entry picked by
-    phase), every origin of which the conversion leaves unprepared: a loop that reads a
-    prepared loader too (``run_epoch(loader)`` called with the training loader and the
-    validation one) gets batches on the device from it."""
-    if loop.trains or loop.iterable is None or not _plain_name(loop.iterable):
+    """``loop`` reads a loader named as such (not a dict's entry picked by phase), every
+    origin of which the conversion leaves unprepared: a loop that reads a prepared loader too
+    (``run_epoch(loader)`` called with the training loader and the validation one) gets
+    batches on the device from it. A training loop counts as an evaluation does (``finetune(
+    model, loader)`` over a loader no prepare took, after ``train()`` prepared that model):
+    its batches are on the host, and the loss of the output sent back there still reaches
+    the model's parameters through the move's gradient."""
+    if loop.iterable is None or not _plain_name(loop.iterable):
         return False
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
     origins = ctx.facts.flow.origin_sites(loop.iterable, loop.node, stop=prepared)
     unprepared = set(ctx.unprepared_loaders(loop))
-    return bool(origins) and all(origin in unprepared for origin, _ in origins)
+    return bool(origins) and all(
+        origin in unprepared and not _holds_a_prepared_entry(origin, prepared)
+        for origin, _ in origins
+    )
+
+
+def _holds_a_prepared_entry(container: str | None, prepared: set[str]) -> bool:
+    """``dataloaders`` when ``dataloaders["train"]`` is prepared where the dict is made: a
+    loop handed ``dataloaders[phase]`` reads that prepared loader in one phase."""
+    return container is not None and any(
+        name.startswith((f"{container}[", f"{container}.")) for name in prepared
+    )
 
 
 def _plain_name(text: str) -> bool:
