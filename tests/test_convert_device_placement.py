@@ -80,6 +80,7 @@ CASES = [
     "loaders_passed_in_a_loop",
     "loaders_dict_of_dicts_left_whole",
     "experiment_sweep_returns_the_model",
+    "loaders_from_a_returned_tuple_read_first_by_len",
 ]
 
 
