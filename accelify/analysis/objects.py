@@ -233,6 +233,24 @@ def bound_arguments(
     return pairs
 
 
+def unpacked_arguments_for(
+    function: cst.FunctionDef, call: cst.Call, parameter: str, implicit: int = 0
+) -> list[cst.Arg]:
+    """The unpacked arguments of ``call`` that may fill ``parameter`` of ``function`` when no
+    argument names it or stands at its place (`bound_arguments`): ``*batch`` of ``score(model,
+    *batch)`` hands ``x`` and ``y`` elements of ``batch``, ``**options`` hands any parameter
+    not positional-only an entry of ``options``."""
+    if any(name == parameter for name, _ in bound_arguments(function, call, implicit)):
+        return []
+    positional = [p.name.value for p in function.params.params][implicit:]
+    keyword_only = {p.name.value for p in function.params.kwonly_params}
+    fills = {
+        "*": parameter in positional,
+        "**": parameter in positional or parameter in keyword_only,
+    }
+    return [argument for argument in call.args if fills.get(argument.star, False)]
+
+
 def add_object_bindings(model: ScriptModel, classify: Classify) -> None:
     """Bind what constructors and methods receive into attributes, and what factories return
     into their callers' names, until nothing new is found. ``classify`` is the analysis's own

@@ -1003,6 +1003,7 @@ def _device_types(ctx: Context, binding: Binding, as_string: bool, converted: bo
         _formatted_devices(ctx, binding, as_string, statement)
         if not as_string:
             _devices_in_format_calls(ctx, binding, statement)
+        _devices_made_text(ctx, binding, as_string, statement)
 
 
 def _keyed_by_device_types(ctx: Context, table: cst.BaseExpression) -> bool:
@@ -1384,6 +1385,86 @@ def _devices_in_format_calls(ctx: Context, binding: Binding, statement: cst.CSTN
                 f"{read} -> {text} in .format(): {read} is this rank's torch.device now, {why}",
                 anywhere=True,
             )
+
+
+def _devices_made_text(
+    ctx: Context, binding: Binding, as_string: bool, statement: cst.CSTNode
+) -> None:
+    """``str(device)`` and ``"%s" % device`` once ``device`` is this rank's: the text names
+    ``cuda:1`` on rank 1 (``cuda:0`` on one GPU) where the script's named ``cuda``, so a path
+    made of it (``os.path.join("runs", str(device))``) differs on each rank and a printed line
+    from the original's. As `_formatted_devices` does of an f-string: where every value the
+    script gave the device is a type's name, its type is the same text and is read there;
+    otherwise a review line, but not of text a print or a log only shows."""
+    types_only = _types_only(binding)
+    for node, read_at in _device_texts(ctx):
+        read = dotted(read_at)
+        seen = _reads_binding(ctx, read_at, read, binding.name, binding.scope, statement)
+        if seen not in (_DEVICE, _EITHER) or read is None:
+            continue
+        shown = _shown_text(ctx, node)
+        if types_only and seen == _DEVICE:
+            typed = _type_of(read, as_string)
+            ctx.plan.replace(
+                read_at,
+                Swap(typed),
+                ctx.line(node),
+                f"{ctx.code(node)}: {read} -> {typed}: {read} is this rank's device now (cuda:1 "
+                "on rank 1), and the script's was a type's name",
+                anywhere=True,
+            )
+        elif not shown:
+            ctx.plan.review(
+                ctx.line(node),
+                f"{ctx.code(node)} is the text of this rank's device now (cuda:1 on rank 1), "
+                "where the script's was the device it chose: left as is; for the device's "
+                f"type, as on one GPU, write torch.device({read}).type",
+            )
+
+
+def _device_texts(ctx: Context) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+    """Each ``str(x)`` and ``"..." % x`` (``"..." % (a, x)``) of the file, with the ``x`` it
+    makes text of, where that is a name or an attribute path."""
+    found: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+    for call in ctx.model.index.of_type(cst.Call):
+        assert isinstance(call, cst.Call)
+        (argument, *more) = call.args or (None,)
+        if (
+            dotted(call.func) == "str"
+            and argument is not None
+            and not more
+            and not (argument.keyword or argument.star)
+            and dotted(argument.value) is not None
+        ):
+            found.append((call, argument.value))
+    for operation in ctx.model.index.of_type(cst.BinaryOperation):
+        assert isinstance(operation, cst.BinaryOperation)
+        if not (
+            isinstance(operation.operator, cst.Modulo)
+            and isinstance(operation.left, cst.SimpleString)
+        ):
+            continue
+        right = operation.right
+        values = [e.value for e in right.elements] if isinstance(right, cst.Tuple) else [right]
+        found += [(operation, v) for v in values if dotted(v) is not None]
+    return found
+
+
+def _shown_text(ctx: Context, node: cst.CSTNode) -> bool:
+    """The text ``node`` makes only reaches a print or a log call (through string building:
+    ``+``, ``%``, ``.format()``, an f-string, ``str()``)."""
+    for ancestor in ctx.model.ancestors(node):
+        if isinstance(ancestor, cst.BaseStatement):
+            return False
+        if not isinstance(ancestor, cst.Call):
+            continue
+        func = ancestor.func
+        if dotted(func) == "str" or (
+            isinstance(func, cst.Attribute) and func.attr.value == "format"
+        ):
+            continue
+        return (dotted(func) or "").rsplit(".", 1)[-1] in _SHOWING
+    return False
 
 
 def _format_fields(text: str | bytes) -> dict[int | str, bool]:

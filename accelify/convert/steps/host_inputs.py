@@ -25,7 +25,7 @@ import libcst as cst
 
 from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import moved_to, strip_moves
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import bound_arguments, unpacked_arguments_for
 from accelify.analysis.outside_forward import defined_by_a_module_class
 from accelify.analysis.partial_calls import partial_arguments
 from accelify.analysis.script_model import Kind, Loop
@@ -222,11 +222,17 @@ def _trains(ctx: Context, node: cst.For) -> bool:
     return any(loop.node is node and loop.trains for loop in ctx.model.loops)
 
 
+#: Calls that run the function they are handed on each item of what follows it: ``map``
+#: hands the item, ``starmap`` its elements (``starmap(lambda x, y: ..., loader)``).
+_MAPPING_CALLS = frozenset({"builtins.map", "map", "itertools.starmap"})
+
+
 def _mapped_over_whole_loaders(ctx: Context, name: str, at: cst.CSTNode) -> bool:
     """``b`` of ``map(lambda b: score_batch(model, b), val_loader)`` when the conversion leaves
     ``val_loader`` whole (no gather fits inside ``map()``): the lambda's parameter takes each
-    batch of loaders no prepare took, made on the host like every tensor of a CPU-only script,
-    so the model call it reaches needs them sent to the device."""
+    batch of loaders no prepare took (``x`` of ``starmap(lambda x, y: ..., val_loader)`` an
+    element of one), made on the host like every tensor of a CPU-only script, so the model
+    call it reaches needs them sent to the device."""
     lam = next((a for a in ctx.model.ancestors(at) if isinstance(a, cst.Lambda)), None)
     if lam is None or name not in {p.name.value for p in lam.params.params}:
         return False
@@ -234,7 +240,8 @@ def _mapped_over_whole_loaders(ctx: Context, name: str, at: cst.CSTNode) -> bool
     call = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
     if not isinstance(call, cst.Call) or call.args[0] is not argument:
         return False
-    if "builtins.map" not in ctx.model.qualified(call.func) and dotted(call.func) != "map":
+    called = ctx.model.qualified(call.func) | {dotted(call.func) or ""}
+    if not called & _MAPPING_CALLS:
         return False
     iterables = call.args[1:]
     return bool(iterables) and all(
@@ -255,16 +262,30 @@ def _a_whole_loader(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode) ->
 
 
 def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
-    """``loop`` only evaluates, over a loader named as such (not a dict's entry picked by
-    phase), every origin of which the conversion leaves unprepared: a loop that reads a
-    prepared loader too (``run_epoch(loader)`` called with the training loader and the
-    validation one) gets batches on the device from it."""
-    if loop.trains or loop.iterable is None or not _plain_name(loop.iterable):
+    """``loop`` reads a loader named as such (not a dict's entry picked by phase), every
+    origin of which the conversion leaves unprepared: a loop that reads a prepared loader too
+    (``run_epoch(loader)`` called with the training loader and the validation one) gets
+    batches on the device from it. A training loop counts as an evaluation does (``finetune(
+    model, loader)`` over a loader no prepare took, after ``train()`` prepared that model):
+    its batches are on the host, and the loss of the output sent back there still reaches
+    the model's parameters through the move's gradient."""
+    if loop.iterable is None or not _plain_name(loop.iterable):
         return False
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
     origins = ctx.facts.flow.origin_sites(loop.iterable, loop.node, stop=prepared)
     unprepared = set(ctx.unprepared_loaders(loop))
-    return bool(origins) and all(origin in unprepared for origin, _ in origins)
+    return bool(origins) and all(
+        origin in unprepared and not _holds_a_prepared_entry(origin, prepared)
+        for origin, _ in origins
+    )
+
+
+def _holds_a_prepared_entry(container: str | None, prepared: set[str]) -> bool:
+    """``dataloaders`` when ``dataloaders["train"]`` is prepared where the dict is made: a
+    loop handed ``dataloaders[phase]`` reads that prepared loader in one phase."""
+    return container is not None and any(
+        name.startswith((f"{container}[", f"{container}.")) for name in prepared
+    )
 
 
 def _plain_name(text: str) -> bool:
@@ -889,12 +910,21 @@ def _passed_for_parameter(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.
 def _call_site_arguments(ctx: Context, parameter: str, at: cst.CSTNode) -> list[cst.Arg]:
     """What the calls of the function around ``at`` pass for its ``parameter``, those made
     through ``functools.partial`` included (``check = partial(evaluate, model)`` then
-    ``check(val_loader)``: ``model`` and ``val_loader``)."""
+    ``check(val_loader)``: ``model`` and ``val_loader``), and an unpacked argument that may
+    fill it (``*batch`` of ``score(model, *batch)``: an element of ``batch`` is made where
+    ``batch`` is)."""
     function = ctx.facts.placement.enclosing_function(at)
-    through = partial_arguments(ctx.model, function, parameter) if function is not None else []
+    if function is None:
+        return []
+    through = partial_arguments(ctx.model, function, parameter)
     if through is None:
         return []  # a partial may fill it with what is not known here
-    return ctx.facts.flow.call_site_arguments(parameter, at) + through
+    unpacked = [
+        argument
+        for call, implicit in ctx.facts.flow.calls_of(function)
+        for argument in unpacked_arguments_for(function, call, parameter, implicit)
+    ]
+    return ctx.facts.flow.call_site_arguments(parameter, at) + unpacked + through
 
 
 def _batch_of_handed_whole_loaders(ctx: Context, name: str, at: cst.CSTNode) -> bool:
