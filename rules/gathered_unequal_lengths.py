@@ -341,6 +341,10 @@ class GatheredUnequalLengths(Rule):
         _TOKENIZED_HERE.format(padding="True", between="").replace(
             "model(**enc).logits.log_softmax(-1)[:, :-1]", "model(**enc).logits.argmax(-1)"
         ),
+        # gathered as Python objects
+        _TOKENIZED_HERE.format(padding="True", between="").replace(
+            "gather_for_metrics(logprobs)", "gather_for_metrics(logprobs, use_gather_object=True)"
+        ),
         # the loop's own tokenization padded to one length, or the log-probabilities padded
         # across the processes, or reduced to one number per text before the gather
         _TOKENIZED_HERE.format(padding="'max_length', max_length=128", between=""),
@@ -364,6 +368,9 @@ class GatheredUnequalLengths(Rule):
         for call in calls(script):
             if not calls_accelerator(script, call, _GATHERS) or not call.args:
                 continue
+            as_objects = keyword_value(call, "use_gather_object")
+            if as_objects is not None and dotted(as_objects) == "True":
+                continue  # gathered as Python objects: no shape to agree on
             loop = _innermost_loop(script, call, loops)
             if loop is None:
                 unequal = _through_call_sites(script, call, loops)
