@@ -227,6 +227,11 @@ class RankOnlyName(Rule):
             shared="", save="if accelerator.is_main_process: accelerator.save_state(output_dir)"
         ),
         _RUN_FOLDER.format(shared="", save="accelerator.save_state(f'step_{step}')"),
+        # the other ranks set it in the test's else
+        _RUN_FOLDER.format(
+            shared="else:\n    args.output_dir = args.output_dir or 'saved/latest'\n",
+            save="accelerator.save_state(output_dir)",
+        ),
         # the helper called on every rank
         _HELPER_ENTRY.replace(
             "        if accelerator.process_index == 0:\n            update_best",

@@ -13,7 +13,8 @@ the function that reads it; the read is outside any rank test, after a write (be
 a loop holding both), and in the path of a ``save_state`` or ``load_state`` of an Accelerator,
 directly or through a local bound in that function above the call and handed to it. A value
 broadcast to every rank (``args.output_dir = broadcast_object_list([...])[0]`` outside the
-test) is a write outside it: not reported."""
+test) is a write outside it, and one the other ranks set in the test's ``else``: not
+reported."""
 
 from __future__ import annotations
 
@@ -109,6 +110,13 @@ def _set_on_some_ranks(
     for write in writes:
         if script.scope_of(write) is not scope or not script.under_rank_guard(write):
             return None  # set on every rank somewhere, or in a function not followed here
+        guard = script.rank_guard_of(write)
+        if (
+            isinstance(guard, cst.If)
+            and guard.orelse is not None
+            and script.inside(write, guard.orelse)
+        ):
+            return None  # the other ranks set it in the test's else: what to, not known here
     for write in writes:
         if reads_after(script, read, write):
             guard = script.rank_guard_of(write)
