@@ -3,7 +3,11 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.evaluation import PaddingCollator, padding_collator
+from accelify.analysis.evaluation import (
+    PaddingCollator,
+    padding_collator,
+    tokenizer_pads_to_its_longest,
+)
 from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Loop, ScriptModel
@@ -19,6 +23,10 @@ _LABELS = ("labels", "label_ids")
 _PER_TOKEN_OUTPUTS = ("start_logits", "end_logits")
 #: Methods that hand back a tensor of the same shape.
 _SAME_SHAPE = ("cpu", "cuda", "to", "contiguous", "detach", "long", "int", "clone")
+#: Methods that keep one value per token: a per-token tensor stays one (log-probabilities).
+_PER_TOKEN = ("log_softmax", "softmax", "float", "half", "exp", "log", "sigmoid")
+#: Fields of a tokenizer's output that are as long as its longest text.
+_ENCODED_FIELDS = ("input_ids", "attention_mask", "token_type_ids")
 #: How many renames of a gathered name are followed back to what it was made from.
 _DEPTH = 4
 
@@ -101,6 +109,22 @@ _UNPACKED = (
 )
 
 
+#: common_dpo's evaluation: each rank tokenizes its own texts, padded to their longest, and
+#: gathers the log-probabilities of that batch.
+_TOKENIZED_HERE = (
+    "import torch\nfrom accelerate import Accelerator\n"
+    "accelerator = Accelerator()\n"
+    "model, loader = accelerator.prepare(model, loader)\n"
+    "for batch in loader:\n"
+    "    enc = tokenizer(batch['text'], padding={padding}, return_tensors='pt')"
+    ".to(accelerator.device)\n"
+    "    with torch.no_grad():\n"
+    "        logprobs = model(**enc).logits.log_softmax(-1)[:, :-1]\n"
+    "{between}"
+    "    logprobs = accelerator.gather_for_metrics(logprobs)\n"
+)
+
+
 class GatheredUnequalLengths(Rule):
     """A gather of token sequences whose length differs from rank to rank: the batches of a
     loader whose collator pads each batch to its own longest sequence
@@ -113,9 +137,14 @@ class GatheredUnequalLengths(Rule):
     ``accelerator.pad_across_processes(x, dim=1, pad_index=...)`` (run_ner_no_trainer,
     run_summarization_no_trainer). Flattened first (``preds.flatten()``, ``labels.view(-1)``),
     each rank's tensor is its batch times its own longest sequence long, and the gather fails
-    the same way: pad the per-token tensor, gather it whole, flatten after. Not reported for
-    a value padded so first, for a collator told ``padding="max_length"``, nor for a
-    sequence-classification label (one per sample)."""
+    the same way: pad the per-token tensor, gather it whole, flatten after. Also a batch the
+    loop tokenizes itself (``tokenizer(texts, padding=True, return_tensors="pt")``, there or in
+    a helper of the file that returns the encoding: common_dpo's evaluation): its token ids,
+    and a language model's log-probabilities of it (its logits shifted along the sequence,
+    ``[:, :-1]``; a classifier's logits are one row per text and are left alone). Not
+    reported for a value padded so first, for a collator or tokenizer told
+    ``padding="max_length"``, for a value reduced to one number per text before the gather,
+    nor for a sequence-classification label (one per sample)."""
 
     code = "ACC413"
     name = "gathered-unequal-lengths"
@@ -199,6 +228,34 @@ class GatheredUnequalLengths(Rule):
         # the inputs unpacked from a tuple of the batch's fields, gathered unpadded beside
         # padded generations
         Example(_UNPACKED.format(padded=""), 12, 27),
+        # a batch the loop tokenizes itself, padded to its own longest text (common_dpo)
+        Example(_TOKENIZED_HERE.format(padding="True", between=""), 9, 16),
+        # ... tokenized by a helper of the file the loop calls
+        Example(
+            _TOKENIZED_HERE.format(padding="True", between="")
+            .replace(
+                "    enc = tokenizer(batch['text'], padding=True, return_tensors='pt')",
+                "    enc = encode(batch['text'])",
+            )
+            .replace(
+                "accelerator = Accelerator()\n",
+                "accelerator = Accelerator()\n"
+                "def encode(texts):\n"
+                "    enc = tokenizer(texts, padding=True, truncation=True, return_tensors='pt')\n"
+                "    return enc\n",
+            ),
+            12,
+            16,
+        ),
+        # ... its token predictions, and the token ids themselves
+        Example(
+            _TOKENIZED_HERE.format(padding="'longest'", between="").replace(
+                "gather_for_metrics(logprobs)",
+                "gather_for_metrics((logprobs.argmax(-1), enc['input_ids']))",
+            ),
+            9,
+            16,
+        ),
     )
     good = (
         # ... the inputs padded across the processes too
@@ -276,6 +333,29 @@ class GatheredUnequalLengths(Rule):
         + "    labels = accelerator.pad_across_processes(labels, dim=1, pad_index=-100)\n"
         + "    predictions, labels = accelerator.gather_for_metrics((predictions, labels))\n"
         + "    predictions, labels = predictions.flatten(), labels.flatten()\n",
+        # a classifier's class probabilities and predictions of a tokenized batch: one row per
+        # text, whatever its length
+        _TOKENIZED_HERE.format(padding="True", between="").replace(
+            "model(**enc).logits.log_softmax(-1)[:, :-1]", "model(**enc).logits.softmax(-1)"
+        ),
+        _TOKENIZED_HERE.format(padding="True", between="").replace(
+            "model(**enc).logits.log_softmax(-1)[:, :-1]", "model(**enc).logits.argmax(-1)"
+        ),
+        # gathered as Python objects
+        _TOKENIZED_HERE.format(padding="True", between="").replace(
+            "gather_for_metrics(logprobs)", "gather_for_metrics(logprobs, use_gather_object=True)"
+        ),
+        # the loop's own tokenization padded to one length, or the log-probabilities padded
+        # across the processes, or reduced to one number per text before the gather
+        _TOKENIZED_HERE.format(padding="'max_length', max_length=128", between=""),
+        _TOKENIZED_HERE.format(
+            padding="True",
+            between="    logprobs = accelerator.pad_across_processes(logprobs, dim=1)\n",
+        ),
+        _TOKENIZED_HERE.format(
+            padding="True",
+            between="    logprobs = (logprobs * enc['attention_mask'][:, 1:]).sum(-1)\n",
+        ),
         # a per-sample value computed from the sequences: one number per sample
         _NER
         + "    lengths = batch['attention_mask'].sum(-1)\n"
@@ -288,6 +368,9 @@ class GatheredUnequalLengths(Rule):
         for call in calls(script):
             if not calls_accelerator(script, call, _GATHERS) or not call.args:
                 continue
+            as_objects = keyword_value(call, "use_gather_object")
+            if as_objects is not None and dotted(as_objects) == "True":
+                continue  # gathered as Python objects: no shape to agree on
             loop = _innermost_loop(script, call, loops)
             if loop is None:
                 unequal = _through_call_sites(script, call, loops)
@@ -299,7 +382,7 @@ class GatheredUnequalLengths(Rule):
                 for element in _elements(call.args[0].value):
                     flat: list[cst.Call] = []
                     what = _sequences(script, loop, call, element, collator, 0, flat)
-                    if what is not None:
+                    if what is not None and not what.startswith(_LOGITS):
                         unequal.append((element, what, flat[0] if flat else None))
             if not unequal:
                 continue
@@ -308,6 +391,11 @@ class GatheredUnequalLengths(Rule):
             flattened = any(flat is not None for _, _, flat in unequal)
             needs = "the shapes" if flattened else "every dimension but the first"
             whats = "; ".join(f"{script.module.code_for_node(e)}: {what}" for e, what, _ in unequal)
+            if any(_tokenized(what) for _, what, _ in unequal):
+                fixes += (
+                    " (or have the tokenizer pad every batch to one length: "
+                    "padding='max_length', max_length=...)"
+                )
             yield self.finding(
                 script,
                 call,
@@ -331,6 +419,11 @@ def _fix(
     padded with -100 (what the loss and the metrics skip), per-token logits with -100 too (as
     run_qa_no_trainer pads them: below any real logit), token ids with the pad token."""
     code = script.module.code_for_node(element)
+    if flat is None and what.startswith("per-token values"):
+        # log-probabilities of a tokenized batch: padded with 0s (the attention mask, padded
+        # the same way, is 0 there too)
+        padded = f"{accelerator}.pad_across_processes({code}, dim=1)"
+        return f"{code} = {padded}" if isinstance(element, cst.Name) else f"gather {padded}"
     pad = (
         "-100"
         if what.startswith(("label", "token predictions", "per-token"))
@@ -390,7 +483,7 @@ def _through_call_sites(
                 continue
             flat: list[cst.Call] = []
             what = _sequences(script, loop, site, value, collator, 0, flat)
-            if what is not None:
+            if what is not None and not what.startswith(_LOGITS):
                 handed = f"{what}, handed in at line {script.line(site)}"
                 found.append((element, handed, flat[0] if flat else None))
     return found
@@ -435,6 +528,10 @@ def _sequences(
         if isinstance(func, cst.Attribute) and member in _SAME_SHAPE:
             # ``tokens.cpu()``, ``labels.to(device)``: the same lengths
             return _sequences(script, loop, gather, func.value, collator, depth, flat)
+        if isinstance(func, cst.Attribute) and member in _PER_TOKEN:
+            # ``logits.log_softmax(-1)``: one value per token still, where it was one
+            inner = _sequences(script, loop, gather, func.value, collator, depth, flat)
+            return inner if inner is not None and _tokenized(inner) else None
         if isinstance(func, cst.Attribute) and _flattens(value):
             inner = _sequences(script, loop, gather, func.value, collator, depth, flat)
             if inner is None:
@@ -444,6 +541,16 @@ def _sequences(
             return f"{inner}, flattened at line {script.line(value)}"
         if member == "generate":
             return "token ids from generate, as long as the batch's longest generation"
+        if member == "argmax" and _last_axis(_argmax_axis(value)):
+            # the argmax of a tokenizer-padded batch's logits: one prediction per token
+            inner = _argmax_receiver(value)
+            inner_what = (
+                None
+                if inner is None
+                else _sequences(script, loop, gather, inner, collator, depth, flat)
+            )
+            if inner_what is not None and _tokenized(inner_what):
+                return inner_what
         if (
             member == "argmax"
             and collator is not None
@@ -456,6 +563,19 @@ def _sequences(
         ):
             return f"token predictions of batches {collator.name} pads"
         return None
+    if isinstance(value, cst.Subscript) and _cuts_along(value):
+        # ``logprobs[:, :-1]``: as many dimensions, the sequence one a token shorter; the
+        # logits so shifted are a language model's, one per token (a classifier's are one row
+        # of class scores per text, as long on every rank)
+        inner = _sequences(script, loop, gather, value.value, collator, depth, flat)
+        if inner is None or not _tokenized(inner):
+            return None
+        if inner.startswith(_LOGITS) and _shifts_the_sequence(value):
+            return "per-token values" + inner.removeprefix(_LOGITS)
+        return inner
+    tokenized = _tokenized_here(script, loop, gather, value)
+    if tokenized is not None:
+        return tokenized
     field = _field(value)
     if field is not None and collator is not None and _batch_read(loop, value):
         if field in _SEQUENCE_FIELDS or (field in _LABELS and collator.labels_padded):
@@ -491,6 +611,135 @@ def _sequences(
         return None
     # what it was made from, read above that binding (``preds = preds.flatten()``)
     return _sequences(script, loop, bound, latest, collator, depth + 1, flat)
+
+
+_TOKENIZED = "tokenized with padding=True at line"
+#: A model's logits for a tokenized batch: per token for a language model, per text for a
+#: classifier; reported only once shifted along the sequence (`_shifts_the_sequence`).
+_LOGITS = "logits of"
+
+
+def _tokenized(what: str) -> bool:
+    """``what`` (`_sequences`) is padded by a tokenizer call in the loop."""
+    return _TOKENIZED in what
+
+
+def _tokenized_here(
+    script: ScriptModel, loop: Loop, gather: cst.CSTNode, value: cst.BaseExpression
+) -> str | None:
+    """``enc["input_ids"]`` (or ``enc.input_ids``) of ``enc = tokenizer(texts, padding=True,
+    return_tensors="pt")`` bound in the loop above ``gather``, and the ``.logits`` of a forward
+    handed such an encoding (``model(**enc).logits``, or of ``out = model(**enc)``): as long
+    as this rank's longest text, a length the other ranks' batches do not share."""
+    field = _field(value)
+    owner = value.value if isinstance(value, cst.Subscript | cst.Attribute) else None
+    if owner is None:
+        return None
+    if field in _ENCODED_FIELDS:
+        call = _encoding(script, loop, gather, owner)
+        if call is not None:
+            return f"token ids {_TOKENIZED} {script.line(call)}"
+        return None
+    if field != "logits":
+        return None
+    forward = owner
+    if isinstance(owner, cst.Name):
+        forward = _bound_in_loop(script, loop, gather, owner.value)  # ``out = model(**enc)``
+    if not isinstance(forward, cst.Call):
+        return None
+    for argument in forward.args:
+        handed = argument.value
+        if isinstance(handed, cst.Subscript | cst.Attribute) and _field(handed) in _ENCODED_FIELDS:
+            handed = handed.value
+        call = _encoding(script, loop, gather, handed)
+        if call is not None:
+            return f"{_LOGITS} a batch {_TOKENIZED} {script.line(call)}"
+    return None
+
+
+def _encoding(
+    script: ScriptModel, loop: Loop, gather: cst.CSTNode, value: cst.BaseExpression
+) -> cst.Call | None:
+    """The tokenizer call that pads to its longest text which ``value`` (a name bound in the
+    loop above ``gather``, or the call itself, moved to a device) is."""
+    if isinstance(value, cst.Name):
+        bound = _bound_in_loop(script, loop, gather, value.value)
+        value = bound if bound is not None else value
+    value = _unmoved(value)  # ``tokenizer(...).to(device)``
+    if isinstance(value, cst.Call) and tokenizer_pads_to_its_longest(value):
+        return value
+    return _returned_encoding(script, value) if isinstance(value, cst.Call) else None
+
+
+def _unmoved(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """``enc`` of ``enc.to(device)``, ``enc.cpu()``: what a same-shape call is made on."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _SAME_SHAPE
+    ):
+        value = value.func.value
+    return value
+
+
+def _returned_encoding(script: ScriptModel, call: cst.Call) -> cst.Call | None:
+    """The padding tokenizer call a function of the file returns, where ``call`` runs it
+    (``def encode(texts): enc = tokenizer(texts, padding=True, return_tensors="pt"); return
+    enc``): every ``return`` hands back that encoding (moved to a device perhaps)."""
+    callee = script.call_graph.callee(call)
+    if callee is None:
+        return None
+    function = callee[0]
+    returns = [r for r in walk(function.body) if isinstance(r, cst.Return)]
+    found = None
+    for returned in returns:
+        value = returned.value
+        value = _unmoved(value)
+        if isinstance(value, cst.Name):
+            bound = [
+                a.value
+                for a in script.index.assignments_to(value.value)
+                if script.index.enclosing_function(a) is function
+            ]
+            value = bound[0] if len(bound) == 1 else None
+        value = _unmoved(value)
+        if not (isinstance(value, cst.Call) and tokenizer_pads_to_its_longest(value)):
+            return None
+        found = found or value
+    return found
+
+
+def _bound_in_loop(
+    script: ScriptModel, loop: Loop, gather: cst.CSTNode, name: str
+) -> cst.BaseExpression | None:
+    """What ``name`` was last bound to by a plain assignment in the loop above ``gather``."""
+    latest = None
+    for node in walk(loop.node.body):
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and node.targets[0].target.value == name
+            and script.order(node) < script.order(gather)
+        ):
+            latest = node.value
+    return latest
+
+
+def _shifts_the_sequence(value: cst.Subscript) -> bool:
+    """``x[:, :-1]``, ``x[:, 1:, :]``: the second axis cut at one end, the next-token shift of
+    a language model's logits."""
+    if len(value.slice) < 2:
+        return False
+    second = value.slice[1].slice
+    return isinstance(second, cst.Slice) and (second.lower is not None) != (
+        second.upper is not None
+    )
+
+
+def _cuts_along(value: cst.Subscript) -> bool:
+    """``x[:, :-1]``, ``x[:, 1:, :]``: every index a slice, so no dimension is dropped."""
+    return all(isinstance(element.slice, cst.Slice) for element in value.slice)
 
 
 def _paired_value(

@@ -6,6 +6,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.rank_only_entries import rank_only_entries
 from accelify.analysis.rank_only_fills import rank_only_fills
 from accelify.analysis.rank_only_names import rank_only_attributes, rank_only_reads
+from accelify.analysis.rank_only_settings import rank_only_settings
 from accelify.analysis.script_model import ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
@@ -63,6 +64,28 @@ _HELPER_ENTRY = (
 )
 
 
+#: tango's train.py: the run's folder named on the main process only (a time stamp), then
+#: every rank saves its part of the checkpoint under ``args.output_dir``.
+_RUN_FOLDER = (
+    "import os\nimport time\n"
+    + HEADER
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "if accelerator.is_main_process:\n"
+    + "    if args.output_dir is None:\n"
+    + "        args.output_dir = 'saved/' + str(int(time.time()))\n"
+    + "        os.makedirs(args.output_dir, exist_ok=True)\n"
+    + "{shared}"
+    + "for step, (x, y) in enumerate(loader):\n"
+    + "    accelerator.backward(model(x).sum())\n"
+    + "    optimizer.step()\n"
+    + "    if step % 100 == 0:\n"
+    + "        output_dir = f'step_{{step}}'\n"
+    + "        if args.output_dir is not None:\n"
+    + "            output_dir = os.path.join(args.output_dir, output_dir)\n"
+    + "        {save}\n"
+)
+
+
 class RankOnlyName(Rule):
     """A local bound only under ``if accelerator.is_main_process:`` (or another rank test) and
     read outside it: ``result = {...}`` in the guarded block, ``accelerator.log(result)`` after
@@ -82,7 +105,12 @@ class RankOnlyName(Rule):
     of the file the guarded block hands the dict: equitrain's ``update_best_results``) and
     handed by every rank to a method of a prepared object (``lr_scheduler.step(best["epoch"])``):
     no rank fails, but the others step with the entry's first value, and their learning rates
-    and weights drift away from the main process's (`rank_only_entries`)."""
+    and weights drift away from the main process's (`rank_only_entries`).
+
+    Also an attribute set only under a rank test (``args.output_dir = "saved/" +
+    str(int(time.time()))`` on the main process, tango) and read by every rank into the folder
+    of ``save_state``/``load_state``: the other ranks write (or read) their part of the
+    checkpoint in the old folder (`rank_only_settings`)."""
 
     code = "ACC209"
     name = "rank-only-name"
@@ -144,6 +172,8 @@ class RankOnlyName(Rule):
         Example(_BEST_ENTRY.format(write=_MAIN_WRITES, read=_STEPS_ON_IT), 13, 20),
         # ... written by a helper the main process hands the dict to; read by the next epoch
         Example(_HELPER_ENTRY, 17, 24),
+        # the run's folder set on the main process only, read into every rank's save_state
+        Example(_RUN_FOLDER.format(shared="", save="accelerator.save_state(output_dir)"), 16, 39),
         # a list filled on the main process only, averaged on every rank: ZeroDivisionError
         Example(_VALIDATION.format(read="avg = sum(vals) / len(vals)\n"), 11, 7),
         # a trainer's list, filled under the test in one method, read in another that every
@@ -186,6 +216,22 @@ class RankOnlyName(Rule):
         ),
         # ... or read for a log line every rank prints: nothing every rank does depends on it
         _BEST_ENTRY.format(write=_MAIN_WRITES, read="    print(best['epoch'])\n"),
+        # the run's folder given to every rank after the test, or saved on the main process
+        # only (ACC211's business), or read only where no checkpoint is named by it
+        _RUN_FOLDER.format(
+            shared="args.output_dir = accelerate.utils.broadcast_object_list("
+            "[args.output_dir])[0]\n",
+            save="accelerator.save_state(output_dir)",
+        ),
+        _RUN_FOLDER.format(
+            shared="", save="if accelerator.is_main_process: accelerator.save_state(output_dir)"
+        ),
+        _RUN_FOLDER.format(shared="", save="accelerator.save_state(f'step_{step}')"),
+        # the other ranks set it in the test's else
+        _RUN_FOLDER.format(
+            shared="else:\n    args.output_dir = args.output_dir or 'saved/latest'\n",
+            save="accelerator.save_state(output_dir)",
+        ),
         # the helper called on every rank
         _HELPER_ENTRY.replace(
             "        if accelerator.process_index == 0:\n            update_best",
@@ -367,3 +413,19 @@ class RankOnlyName(Rule):
                 "or write the entry on every rank where its value is the same on all of them"
             )
             yield self.finding(script, entry.read, message=message)
+        for setting in rank_only_settings(facts_of(script)):
+            method = setting.call.func.attr.value  # type: ignore[attr-defined]
+            writes = "writes their part of the checkpoint (RNG states; FSDP or ZeRO shards)"
+            if method == "load_state":
+                writes = "reads their part of the checkpoint"
+            message = (
+                f"`{setting.name}` is set only under the rank test at line "
+                f"{script.line(setting.guard)} (line {script.line(setting.write)}), so the "
+                f"other ranks still hold its old value here, and the {method} at line "
+                f"{script.line(setting.call)} {writes} in another folder: give every "
+                f"rank the main process's value after the test (`{setting.name} = "
+                f"accelerate.utils.broadcast_object_list([{setting.name}])[0]` on every rank), "
+                "or set it on every rank before the test where every rank computes the same "
+                "value (a time stamp does not)"
+            )
+            yield self.finding(script, setting.read, message=message)

@@ -1264,7 +1264,8 @@ class UngatheredMetric(Rule):
                 yield self.finding(script, at, message=message)
             else:
                 line = script.position(guarded).start.line
-                yield self.finding(script, at, message=_guarded_message(script, at, line))
+                message = _guarded_message(script, at, line) + _main_only_note(script, guarded)
+                yield self.finding(script, at, message=message)
         yield from self._comprehensions(script, facts, accelerators, all_calls)
 
     def _left_by_this_caller(self, script: ScriptModel) -> Iterator[Finding]:
@@ -1933,6 +1934,65 @@ def _guarded_message(script: ScriptModel, node: cst.CSTNode, line: int) -> str:
         f"call it on every rank and {name}.gather_for_metrics(...) the predictions and labels "
         f"(a gather added while the call stays guarded would hang)"
     )
+
+
+def _main_only_note(script: ScriptModel, guarded: cst.Call) -> str:
+    """What else the advice to call the evaluation on every rank must say: the guarded call hands
+    it something only the main process has (conformer-VC's ``writer``, a ``SummaryWriter`` made
+    under ``if accelerator.is_main_process:`` and None on the others), which the evaluation
+    then uses (``self.write_losses(epoch, writer, tracker)``): called on every rank as advised,
+    the others would crash on None, so those uses stay under the main-process test."""
+    found = script.call_graph.callee(guarded)
+    parts = []
+    for argument in guarded.args:
+        held = dotted(argument.value)
+        if held is None or argument.star:
+            continue
+        made = [
+            assign
+            for assign in script.index.assignments_to(held)
+            if script.under_rank_guard(assign)
+            and (script.scope_of(assign) is script.scope_of(guarded) or "." in held)
+        ]
+        if not made or any(
+            not script.under_rank_guard(assign)
+            and assign.value is not None
+            and dotted(assign.value) != "None"
+            for assign in script.index.assignments_to(held)
+            if script.scope_of(assign) is script.scope_of(guarded) or "." in held
+        ):
+            continue  # made on every rank too
+        uses = []
+        if found is not None:
+            function, implicit = found
+            parameter = next(
+                (p for p, a in bound_arguments(function, guarded, implicit) if a is argument),
+                None,
+            )
+            uses = sorted(
+                {
+                    script.line(node)
+                    for node in walk(function.body)
+                    if isinstance(node, cst.Name) and node.value == parameter
+                }
+            )
+        if not uses:
+            continue  # the evaluation does nothing with it: running it on every rank is safe
+        where = f" (line {', '.join(map(str, uses))})"
+        guard = script.rank_guard_of(made[0])
+        test = (
+            f"`if {script.module.code_for_node(guard.test)}:`"
+            if isinstance(guard, cst.If)
+            else "that rank test"
+        )
+        parts.append(
+            f"`{held}` is set only on the ranks that pass the test at line "
+            f"{script.line(guard)} (line {script.line(made[0])}), so keep the evaluation's "
+            f"uses of it{where} under {test} inside the evaluation"
+        )
+    if not parts:
+        return ""
+    return "; " + "; ".join(parts) + " (on the other ranks it is unset or None)"
 
 
 def _guarded_loop_message(

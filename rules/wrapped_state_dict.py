@@ -117,6 +117,35 @@ _ALIASED = (
 )
 
 
+#: xnguyen's AcceleratorTrainer: a resume helper loads each checkpoint entry into the object
+#: handed by that keyword, with strict=True; the model is handed as prepare returned it.
+_RESTART = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "def restart_from_checkpoint(path, **kwargs):\n"
+    "    checkpoint = torch.load(path, map_location='cpu')\n"
+    "    for key, value in kwargs.items():\n"
+    "        if key in checkpoint and value is not None:\n"
+    "            value.load_state_dict(checkpoint[key], strict=True)\n\n\n"
+    "accelerator = Accelerator()\n"
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "restart_from_checkpoint('last.pth', model={model}, optimizer=optimizer)\n"
+    "for x, y in loader:\n"
+    "    accelerator.backward(model(x).sum())\n"
+    "    optimizer.step()\n"
+)
+#: The same load through a dict of the objects made where it is loaded.
+_RESTART_FROM_A_DICT = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "def main(model, optimizer, loader):\n"
+    "    accelerator = Accelerator()\n"
+    "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "    checkpoint = torch.load('last.pth', map_location='cpu')\n"
+    "    held = {{'model': {model}, 'optimizer': optimizer}}\n"
+    "    for key, value in held.items():\n"
+    "        value.load_state_dict(checkpoint[key])\n"
+)
+
+
 class WrappedStateDict(Rule):
     """The state dict of a prepared model is the wrapper's: under DDP every key starts with
     ``module.``, so the file does not load into the plain model later.
@@ -126,7 +155,13 @@ class WrappedStateDict(Rule):
     rank reaches (it is a collective under those engines); elsewhere (under a rank test, in a
     ``torch.save`` every rank runs, through a name or a helper)
     ``accelerator.unwrap_model(model).state_dict()``, and the message says where to write
-    ``get_state_dict`` for FSDP and ZeRO-3."""
+    ``get_state_dict`` for FSDP and ZeRO-3.
+
+    The reverse too: a checkpoint of the plain model loaded into what prepare returned
+    (missing ``module.`` keys on several processes), also through a resume helper's loop over
+    its ``**kwargs`` or a dict of the objects (``for key, value in kwargs.items():
+    value.load_state_dict(checkpoint[key], strict=True)``, xnguyen's trainer): reported where
+    the prepared model is handed in, the place to unwrap it."""
 
     code = "ACC503"
     name = "wrapped-state-dict"
@@ -339,8 +374,15 @@ class WrappedStateDict(Rule):
                 "self.accelerator.unwrap_model(self.model).load_state_dict(torch.load('t.pt'))",
             ).format(between=""),
         ),
+        # a resume helper's loop over **kwargs loads into the prepared model (xnguyen)
+        Example(_RESTART.format(model="model"), 14, 43),
+        # ... over a dict of the objects
+        Example(_RESTART_FROM_A_DICT.format(model="model"), 9, 22),
     )
     good = (
+        # the model handed unwrapped
+        _RESTART.format(model="accelerator.unwrap_model(model)"),
+        _RESTART_FROM_A_DICT.format(model="accelerator.unwrap_model(model)"),
         # the call hands the helper the unwrapped model; a helper also called with a model of
         # its own (not the wrapper)
         _SAVED_BY_A_HELPER.replace(
@@ -655,6 +697,7 @@ class WrappedStateDict(Rule):
         each, so the load fails with missing keys on several processes (or, with ``strict=False``,
         loads nothing), while a one-process run, with no wrapper, hides it."""
         not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
+        handed: set[int] = set()
         for call in calls(script):
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
@@ -664,6 +707,10 @@ class WrappedStateDict(Rule):
                 continue
             if not call.args or not _read_from_a_file(script, call.args[0].value, call):
                 continue
+            for held, entry in _iterated_holders(script, func.value, call):
+                if id(entry) not in handed:  # one finding per model, however many loads
+                    handed.add(id(entry))
+                    yield self._loaded_through(script, call, held, entry)
             # prepared here, or a trainer's model read from outside the class
             # (``trainer.model.load_state_dict(...)``, `holds_constructed_wrapper`)
             constructed = name not in prepared(script, call) and holds_constructed_wrapper(
@@ -697,6 +744,21 @@ class WrappedStateDict(Rule):
             )
             yield self.finding(script, call, fix, message=message)
 
+    def _loaded_through(
+        self, script: ScriptModel, load: cst.Call, held: str, entry: cst.BaseExpression
+    ) -> Finding:
+        """A prepared model handed, among other objects, to a loop that loads a checkpoint's
+        entries into each (`_iterated_holders`): reported where it is handed, the fix's place."""
+        acc = accelerator_at(script, entry) or "accelerator"
+        message = (
+            f"Hand {acc}.unwrap_model({held}) here: line {script.line(load)} loads a checkpoint "
+            f"entry into each object handed in, and {held} is the wrapper prepare returned, "
+            "whose keys start with 'module.' on several processes (missing keys: every "
+            "multi-GPU resume fails); the checkpoint holds the plain model's keys, and a "
+            "one-process run has no wrapper and hides it"
+        )
+        return self.finding(script, entry, message=message)
+
     def _pickled_whole(self, script: ScriptModel, call: cst.Call) -> Iterator[Finding]:
         """A prepared model saved whole (``accelerator.save(model, p)``, ``{'net': net, ...}``
         as mixup-cifar10's checkpoint keeps it): the file holds the DDP wrapper, whose hooks
@@ -727,6 +789,83 @@ class WrappedStateDict(Rule):
                     f"{name} unwrapped by the Accelerator that prepared it",
                 )
             yield self.finding(script, model, fix, message=in_file_words(message, acc))
+
+
+def _iterated_holders(
+    script: ScriptModel, receiver: cst.BaseExpression, load: cst.Call
+) -> list[tuple[str, cst.BaseExpression]]:
+    """The prepared models ``receiver`` stands for when it is the value of a loop over a dict's
+    items: ``for key, value in kwargs.items(): value.load_state_dict(checkpoint[key])``, the
+    dict the function's ``**kwargs`` (what its calls hand by keyword: xnguyen's
+    ``restart_from_checkpoint(path, model=self.model, optimizer=self.optimizer)``) or one
+    made in the function (``{"model": model, "optimizer": optimizer}``). Each with the
+    expression that hands it."""
+    if not isinstance(receiver, cst.Name):
+        return []
+    loop = next(
+        (
+            a
+            for a in script.ancestors(load)
+            if isinstance(a, cst.For) and _items_value(a) == receiver.value
+        ),
+        None,
+    )
+    function = script.index.enclosing_function(load)
+    if (
+        loop is None
+        or function is None
+        or any(script.inside(a, loop) for a in script.index.assignments_to(receiver.value))
+    ):
+        return []
+    iterated = loop.iter.func.value  # type: ignore[attr-defined]
+    if not isinstance(iterated, cst.Name):
+        return []
+    handed: list[cst.BaseExpression] = []
+    star = function.params.star_kwarg
+    if star is not None and star.name.value == iterated.value:
+        named = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+        handed = [
+            argument.value
+            for site, _ in script.call_graph.calls_of(function)
+            for argument in site.args
+            if argument.keyword is not None and argument.keyword.value not in named
+        ]
+    else:
+        made = [
+            a for a in script.index.assignments_to(iterated.value) if script.scope_of(a) is function
+        ]
+        if len(made) == 1 and isinstance(made[0].value, cst.Dict):
+            handed = [e.value for e in made[0].value.elements if isinstance(e, cst.DictElement)]
+    not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
+    found = []
+    for value in handed:
+        held = dotted(value)
+        site = next(a for a in script.ancestors(value) if isinstance(a, cst.Call | cst.Assign))
+        if (
+            held is not None
+            and held in prepared(script, site) - not_models
+            and not _not_a_model(held)
+            and _treated_as_module(script, held)
+            and not _unwrapped_since_prepare(script, held, site)  # type: ignore[arg-type]
+        ):
+            found.append((held, value))
+    return found
+
+
+def _items_value(loop: cst.For) -> str | None:
+    """``value`` of ``for key, value in d.items():``."""
+    target, iterated = loop.target, loop.iter
+    if not (
+        isinstance(iterated, cst.Call)
+        and isinstance(iterated.func, cst.Attribute)
+        and iterated.func.attr.value == "items"
+        and not iterated.args
+        and isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+        and isinstance(target.elements[1].value, cst.Name)
+    ):
+        return None
+    return target.elements[1].value.value
 
 
 #: String methods a key is renamed with: ``k.replace("module.", "")``, ``removeprefix``, or

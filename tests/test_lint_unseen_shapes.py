@@ -63,3 +63,58 @@ def test_a_scheduler_sized_on_the_instance_before_prepare_names_the_len_that_siz
     [finding] = lint(TRAINER_SIZING_ITS_SCHEDULER_ON_THE_INSTANCE, "ACC401").findings
     assert (finding.line, finding.code) == (26, "ACC401")
     assert "sized from len(self.train_dataloader) at line 11" in finding.message, finding.message
+
+
+#: conformer-VC's trainer (lintreal44): the validation runs on the main process only, and is
+#: handed the SummaryWriter made there (None on the other ranks), which it writes to.
+VALIDATION_HANDED_THE_MAIN_PROCESS_WRITER = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "\n"
+    "\n"
+    "class Trainer:\n"
+    "    def run(self, model, optimizer, loader, valid_loader):\n"
+    "        accelerator = Accelerator()\n"
+    "        if accelerator.is_main_process:\n"
+    "            writer = SummaryWriter('logs')\n"
+    "        else:\n"
+    "            writer = None\n"
+    "        model, optimizer, loader, valid_loader = accelerator.prepare(\n"
+    "            model, optimizer, loader, valid_loader)\n"
+    "        for epoch in range(3):\n"
+    "            for x, y in loader:\n"
+    "                accelerator.backward(model(x, y))\n"
+    "                optimizer.step()\n"
+    "            if accelerator.is_main_process:\n"
+    "                self.valid_step(epoch, model, valid_loader, writer)\n"
+    "\n"
+    "    def valid_step(self, epoch, model, loader, writer):\n"
+    "        losses = []\n"
+    "        with torch.no_grad():\n"
+    "            for x, y in loader:\n"
+    "                losses.append(model(x, y).item())\n"
+    "        writer.add_scalar('valid/loss', sum(losses) / len(losses), epoch)\n"
+)
+
+
+def test_an_evaluation_run_on_main_only_is_told_to_keep_the_writer_it_is_handed_there():
+    """Called on every rank as ACC403 advises, the validation would crash on the other ranks'
+    None writer: the advice says to keep its use under the main-process test."""
+    [finding] = lint(VALIDATION_HANDED_THE_MAIN_PROCESS_WRITER, "ACC403").findings
+    assert (finding.line, finding.code) == (25, "ACC403")
+    assert "Run this evaluation on every rank" in finding.message, finding.message
+    assert (
+        "`writer` is set only on the ranks that pass the test at line 8 (line 9), so keep the "
+        "evaluation's uses of it (line 26) under `if accelerator.is_main_process:`"
+    ) in finding.message, finding.message
+
+
+def test_an_evaluation_run_on_main_only_handed_every_ranks_values_gets_no_writer_note():
+    code = VALIDATION_HANDED_THE_MAIN_PROCESS_WRITER.replace(
+        "        if accelerator.is_main_process:\n            writer = SummaryWriter('logs')\n"
+        "        else:\n            writer = None\n",
+        "        writer = SummaryWriter('logs')\n",
+    )
+    [finding] = lint(code, "ACC403").findings
+    assert "Run this evaluation on every rank" in finding.message, finding.message
+    assert "writer" not in finding.message, finding.message

@@ -521,6 +521,18 @@ class PaddingCollator:
     labels_padded: bool  # the labels are sequences too (token-level tasks)
 
 
+def tokenizer_pads_to_its_longest(call: cst.Call) -> bool:
+    """``tokenizer(texts, padding=True, return_tensors="pt")`` (or ``padding="longest"``): the
+    tensors are as long as this batch's longest text, as a padding collator's are; a call told
+    ``padding="max_length"`` (or not told to pad) is not one."""
+    padding = keyword_value(call, "padding")
+    told = (isinstance(padding, cst.Name) and padding.value == "True") or (
+        isinstance(padding, cst.SimpleString) and padding.evaluated_value == "longest"
+    )
+    called = (dotted(call.func) or "").lower()
+    return told and (keyword_value(call, "return_tensors") is not None or "tokeniz" in called)
+
+
 def padding_collator(loop: Loop, facts: Facts) -> PaddingCollator | None:
     """The collator of the loader ``loop`` reads, when it pads per batch: a Hugging Face
     padding collator (``collate_fn=data_collator`` with ``data_collator =

@@ -157,7 +157,7 @@ def _entries(
         if call is None:
             continue
         for write, written, guard in writes[key]:
-            if _reads_after(script, read, write):
+            if reads_after(script, read, write):
                 found.append(RankOnlyEntry(read, name, key, write, written, guard, call))
                 break
     return found
@@ -248,7 +248,7 @@ def _driving_call(script: ScriptModel, read: cst.Subscript, driven: set[str]) ->
     return None
 
 
-def _reads_after(script: ScriptModel, read: cst.CSTNode, write: cst.CSTNode) -> bool:
+def reads_after(script: ScriptModel, read: cst.CSTNode, write: cst.CSTNode) -> bool:
     """The read runs after the write: below it, or anywhere in a loop that holds both (the next
     pass reads what this one wrote)."""
     if script.order(read) > script.order(write):
