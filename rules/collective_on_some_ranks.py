@@ -270,9 +270,10 @@ class CollectiveOnSomeRanks(Rule):
     (``is_main_process or distributed_type == DistributedType.DEEPSPEED``) is right. A pass
     over a prepared DataLoader is one too where it starts with a collective
     (`analysis.loader_passes`: a loader that shuffles broadcasts rank 0's seed, dispatched
-    batches are broadcast), reported at the loop, or at the call of the file's function that
-    iterates it; one that reads its data in order meets nobody (measured on 2 CPU ranks, HF
-    Accelerate and accelify)."""
+    batches are broadcast), reported at the loop (a comprehension, a generator read,
+    ``list(loader)`` and ``next(iter(loader))`` start a pass too), or at the call of the file's
+    function that iterates it; one that reads its data in order meets nobody (measured on 2 CPU
+    ranks, HF Accelerate and accelify)."""
 
     code = "ACC202"
     name = "collective-on-some-ranks"
@@ -295,6 +296,31 @@ class CollectiveOnSomeRanks(Rule):
             _MAIN_ONLY_PASS.format(shuffle="shuffle=True", probe="print(count_all(loader))"),
             18,
             11,
+        ),
+        # ... its first batch, a comprehension, a generator, or list(): each starts a pass
+        Example(
+            _MAIN_ONLY_PASS.format(shuffle="shuffle=True", probe="first = next(iter(loader))"),
+            18,
+            13,
+        ),
+        Example(
+            _MAIN_ONLY_PASS.format(
+                shuffle="shuffle=True", probe="sizes = [len(x) for x, y in loader]"
+            ),
+            18,
+            13,
+        ),
+        Example(
+            _MAIN_ONLY_PASS.format(
+                shuffle="shuffle=True", probe="print(sum(len(x) for x, y in loader))"
+            ),
+            18,
+            15,
+        ),
+        Example(
+            _MAIN_ONLY_PASS.format(shuffle="shuffle=True", probe="batches = list(loader)"),
+            18,
+            15,
         ),
         # the subclass's override reduces: a Trainer's fit runs it on the main process only
         Example(
@@ -625,6 +651,12 @@ class CollectiveOnSomeRanks(Rule):
             shuffle="shuffle=False", probe="for x, y in loader:\n        print(x.shape)"
         ),
         _MAIN_ONLY_PASS.format(shuffle="shuffle=False", probe="print(count_all(loader))"),
+        _MAIN_ONLY_PASS.format(shuffle="shuffle=False", probe="first = next(iter(loader))"),
+        _MAIN_ONLY_PASS.format(
+            shuffle="shuffle=False", probe="sizes = [len(x) for x, y in loader]"
+        ),
+        # ... a shuffled one's iterator made, no batch read: its pass has not started
+        _MAIN_ONLY_PASS.format(shuffle="shuffle=True", probe="batches = iter(loader)"),
         _MAIN_ONLY_PASS.format(
             shuffle="shuffle=True", probe="for x, y in loader:\n        print(x.shape)"
         ).replace("model, optimizer, loader =", "model, optimizer, train_dl ="),
@@ -920,7 +952,8 @@ def _pass_advice(script: ScriptModel, loader_pass: LoaderPass) -> str:
     process's share gathered), or these ranks iterate the DataLoader from before prepare."""
     loader = loader_pass.loader
     instead = "hand it" if loader_pass.handed else "have it iterate"
-    if isinstance(loader_pass.node, cst.Call):
+    if loader_pass.node is not loader_pass.loop:  # the call of a helper that makes the pass
+        assert isinstance(loader_pass.node, cst.Call)
         text = (
             f"Call {_called(loader_pass.node)}() on every rank (gather what the main process "
             f"needs with accelerator.gather_for_metrics), or {instead} the DataLoader from "

@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -104,15 +105,16 @@ class UnusedParametersUnderDdp(Rule):
     expects a gradient for every parameter that requires one; without
     ``find_unused_parameters=True`` the second step stops on every rank with
     "Expected to have finished reduction in the prior iteration before starting a new one"
-    (one process, with no DDP, runs). Reported at the ``prepare`` call, naming the layer and
-    the line; not where the file sets ``find_unused_parameters`` (a
-    ``DistributedDataParallelKwargs`` handler), where the Accelerator is made elsewhere (its
-    handlers are not in view), where the file names FSDP or DeepSpeed (which have no such
-    check), nor for a layer whose parameters are frozen (``requires_grad_(False)``: DDP leaves
-    them out). A branch decided by anything but a forward parameter given a constant at the
-    training call (or left to its default) is not reported: whether the step skips it is not
-    known; one bound in the training loop from the loop's own variables (``use_aux = step % 2
-    == 0``) changes from step to step, and is."""
+    (one process, with no DDP, runs). Reported at the ``prepare`` call, naming the layer and the
+    line (with its file, for a class another module of the project defines: ``from models import
+    Net`` is read there, its idle layers, branches and dropped outputs alike); not where the file
+    sets ``find_unused_parameters`` (a ``DistributedDataParallelKwargs`` handler), where the
+    Accelerator is made elsewhere (its handlers are not in view), where the file names FSDP or
+    DeepSpeed (which have no such check), nor for a layer whose parameters are frozen
+    (``requires_grad_(False)``: DDP leaves them out). A branch decided by anything but a forward
+    parameter given a constant at the training call (or left to its default) is not reported:
+    whether the step skips it is not known; one bound in the training loop from the loop's own
+    variables (``use_aux = step % 2 == 0``) changes from step to step, and is."""
 
     code = "ACC310"
     name = "unused-parameters-under-ddp"
@@ -318,7 +320,8 @@ def _why_imported_idle(
 ) -> str | None:
     """A prepare argument made by a class the file imports from another module of the project
     (``from models import Net``, ``model = Net()``), read in that module: the members its
-    forward never computes with (`idle_members`), named with that module's file and line."""
+    forward leaves without a gradient, as `_why_idle` reads them in the file, named with that
+    module's file and line."""
     if script.project is None:
         return None
     if not isinstance(value, cst.Call):
@@ -332,41 +335,68 @@ def _why_imported_idle(
     if found is None:
         return None
     other, defined, path = found
-    frozen = _frozen_members(script, names) | _frozen_members(other, set())
-    frozen |= _reached_from_outside(script)
-    idle = [(m, n) for m, n in idle_members(other, defined.name.value) if m not in frozen]
-    if not idle:
-        return None
-    members = ", ".join(f"self.{m} ({path.name}, line {other.line(n)})" for m, n in idle)
-    return f"{called}'s forward computes no gradient for {members} in any step"
+    return _why_idle(script, defined.name.value, names, Home(other, path.name), called)
 
 
-def _why_idle(script: ScriptModel, made_by: str, names: set[str]) -> str | None:
+@dataclass(frozen=True)
+class Home:
+    """The module that defines a prepared model's class, where it is another module of the
+    project than the linted file (``from models import Net``): its analysis, and its file's
+    name for the lines the advice cites there."""
+
+    model: ScriptModel
+    file: str
+
+    def at(self, node: cst.CSTNode) -> str:
+        return f"{self.file}, line {self.model.line(node)}"
+
+
+def _why_idle(
+    script: ScriptModel,
+    made_by: str,
+    names: set[str],
+    home: Home | None = None,
+    spelled: str | None = None,
+) -> str | None:
     """Why an instance of ``made_by``, prepared under ``names``, leaves parameters without
-    gradients in a training step."""
+    gradients in a training step. ``home``: the class is another module's (its members and
+    lines are read there, the training calls here), and the file calls it ``spelled``."""
+    defining = home.model if home is not None else script
+
+    def at(node: cst.CSTNode) -> str:
+        return home.at(node) if home is not None else f"line {script.line(node)}"
+
+    shown = spelled or made_by
     frozen = _frozen_members(script, names) | _reached_from_outside(script)
-    idle = [(m, node) for m, node in idle_members(script, made_by) if m not in frozen]
+    if home is not None:
+        frozen |= _frozen_members(home.model, set())
+    idle = [(m, node) for m, node in idle_members(defining, made_by) if m not in frozen]
     if idle:
-        members = ", ".join(f"self.{m} (line {script.line(node)})" for m, node in idle)
-        return f"{made_by}'s forward computes no gradient for {members} in any step"
-    dropped = _dropped_outputs(script, made_by, names, frozen)
+        members = ", ".join(f"self.{m} ({at(node)})" for m, node in idle)
+        return f"{shown}'s forward computes no gradient for {members} in any step"
+    dropped = _dropped_outputs(script, defining, made_by, names, frozen)
     if dropped is not None:
-        return dropped
-    forward = class_methods(script, made_by).get("forward")
+        call, members, returned = dropped
+        return (
+            f"the training call at line {script.line(call)} drops outputs of "
+            f"{shown}'s forward that only {members} compute (returned at {at(returned)}): "
+            "they get no gradient in that step"
+        )
+    forward = class_methods(defining, made_by).get("forward")
     if forward is None:
         return None
-    for member, use in sometimes_idle_members(script, made_by):
+    for member, use in sometimes_idle_members(defining, made_by):
         if member in frozen:
             continue
-        skipped = _skipping_call(script, forward, use, names)
+        skipped = _skipping_call(script, defining, forward, use, names)
         if skipped is not None:
             call, test, needed, varies = skipped
             how = (
                 ", in the steps where its argument changes it, makes it" if varies else " makes it"
             )
             return (
-                f"{made_by}'s forward uses self.{member} (line {script.line(use)}) only where "
-                f"`{script.module.code_for_node(test)}` (line {script.line(test)}) is "
+                f"{shown}'s forward uses self.{member} ({at(use)}) only where "
+                f"`{defining.module.code_for_node(test)}` ({at(test)}) is "
                 f"{needed}, and the training call at line {script.line(call)}{how} "
                 f"{not needed}: self.{member} gets no gradient in that step"
             )
@@ -374,27 +404,23 @@ def _why_idle(script: ScriptModel, made_by: str, names: set[str]) -> str | None:
 
 
 def _dropped_outputs(
-    script: ScriptModel, made_by: str, names: set[str], frozen: set[str]
-) -> str | None:
+    script: ScriptModel, defining: ScriptModel, made_by: str, names: set[str], frozen: set[str]
+) -> tuple[cst.Call, str, cst.CSTNode] | None:
     """``validity, _ = discriminator(x)`` in a function that runs a backward, where the dropped
-    output is computed with members no kept output needs (`members_behind_outputs`)."""
+    output is computed with members no kept output needs (`members_behind_outputs`, read in
+    ``defining``, the class's module): the call, the members, the returned element."""
     for call in _training_calls(script, names):
         statement = script.parent(call)
         if not (isinstance(statement, cst.Assign) and statement.value is call):
             continue
-        behind = members_behind_outputs(script, made_by, call)  # the return the call reaches
+        behind = members_behind_outputs(defining, made_by, call)  # the return the call reaches
         if behind is None:
             continue
         for target in statement.targets:
             found = members_only_dropped(behind, target.target)
             idle = [m for m in found[0] if m not in frozen] if found is not None else []
             if found is not None and idle:
-                members = ", ".join(f"self.{m}" for m in idle)
-                return (
-                    f"the training call at line {script.line(call)} drops outputs of "
-                    f"{made_by}'s forward that only {members} compute (returned at line "
-                    f"{script.line(behind[found[1]][1])}): they get no gradient in that step"
-                )
+                return call, ", ".join(f"self.{m}" for m in idle), behind[found[1]][1]
     return None
 
 
@@ -441,15 +467,19 @@ def _frozen_members(script: ScriptModel, names: set[str]) -> set[str]:
 
 
 def _skipping_call(
-    script: ScriptModel, forward: cst.FunctionDef, use: cst.CSTNode, names: set[str]
+    script: ScriptModel,
+    defining: ScriptModel,
+    forward: cst.FunctionDef,
+    use: cst.CSTNode,
+    names: set[str],
 ) -> tuple[cst.Call, cst.BaseExpression, bool, bool] | None:
     """A training call of the model (one in a function that runs a backward) that skips
-    ``use``: the one test deciding it reads a forward parameter, and the call gives that
-    parameter a constant (or leaves it to its default) under which the test goes the other way."""
-    facts = facts_of(script)
-    if facts.placement.enclosing_function(use) is not forward:
+    ``use`` (in ``forward`` of ``defining``, the class's module): the one test deciding it
+    reads a forward parameter, and the call gives that parameter a constant (or leaves it to
+    its default) under which the test goes the other way."""
+    if defining.index.enclosing_function(use) is not forward:
         return None
-    decided = skipping_test(script, use, forward)
+    decided = skipping_test(defining, use, forward)
     if decided is None:
         return None
     test, needed = decided

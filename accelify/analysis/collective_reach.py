@@ -19,7 +19,7 @@ from accelify.analysis.collectives import (
     collective_backends,
 )
 from accelify.analysis.flow import ObjectFlow
-from accelify.analysis.loader_passes import pass_collective
+from accelify.analysis.loader_passes import pass_collective, passes_read
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
@@ -46,9 +46,11 @@ class LoaderPass:
     """A pass over a prepared DataLoader that starts with a collective (`loader_passes`), which
     some ranks do not make."""
 
-    node: cst.For | cst.Call  # the loop, or the call of the file's function that runs it
-    loop: cst.For
-    loader: str  # the prepared DataLoader, by the name the loop or the call spells
+    #: the pass (a loop, a comprehension, ``list(loader)``), or the call of the file's
+    #: function that makes it
+    node: cst.For | cst.BaseExpression
+    loop: cst.For | cst.BaseExpression  # the pass itself (`loader_passes.passes_read`)
+    loader: str  # the prepared DataLoader, by the name the pass or the call spells
     why: str  # what the pass does with the other ranks (`pass_collective`)
     skipped_on: frozenset[str]
     handed: bool = False  # the function iterates the loader its call hands it
@@ -86,23 +88,20 @@ class CollectiveReach:
         or the call of a function of the file that iterates the loader it is handed, made
         under one (every rank that runs the function makes the pass)."""
         found: list[LoaderPass] = []
-        for loop in self.model.loops:
-            node = loop.node
-            if not isinstance(node, cst.For) or loop.iterable is None:
-                continue
+        for node, iterable in passes_read(self.model):
             function = self.placement.enclosing_function(node)
-            if function is None or not has_parameter(function, loop.iterable):
-                why = pass_collective(self.model, loop.iterable)
+            if function is None or not has_parameter(function, iterable):
+                why = pass_collective(self.model, iterable)
                 if why is None:
                     continue
                 skipped = self._skipped(node)
                 if skipped:
-                    found.append(LoaderPass(node, node, loop.iterable, why, skipped))
+                    found.append(LoaderPass(node, node, iterable, why, skipped))
                     continue
                 for call, _ in self.flow.calls_of(function) if function is not None else ():
                     skipped = self._skipped(call)
                     if skipped:  # ``def probe(): for x in probe_loader``, run on one rank
-                        found.append(LoaderPass(call, node, loop.iterable, why, skipped))
+                        found.append(LoaderPass(call, node, iterable, why, skipped))
                 continue
             everywhere = not self._skipped(node, within=function)
             for call, implicit in self.flow.calls_of(function):
@@ -110,14 +109,14 @@ class CollectiveReach:
                     (
                         dotted(argument.value)
                         for parameter, argument in bound_arguments(function, call, implicit)
-                        if parameter == loop.iterable
+                        if parameter == iterable
                     ),
                     None,
                 )
                 why = pass_collective(self.model, handed) if handed is not None else None
                 if why is None:
                     continue
-                reported: cst.For | cst.Call = call if everywhere else node
+                reported: cst.For | cst.BaseExpression = call if everywhere else node
                 skipped = self._skipped(reported)
                 if skipped:
                     found.append(LoaderPass(reported, node, handed, why, skipped, handed=True))

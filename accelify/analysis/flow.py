@@ -520,7 +520,7 @@ class ObjectFlow:
         """`kept_arguments` as the arguments themselves, where the calls spell them (their
         scope is the caller's: ``ckpt_dir`` in ``Fit.__init__(self, ckpt_dir="ckpt")`` that
         builds ``ModelCheckpoint(ckpt_dir)``)."""
-        init, kept = self._kept_parameter(name, at)
+        init, kept = self.kept_parameter(name, at)
         if init is None or kept is None:
             return []
         return [value for value, _ in self._passed_to(init, kept)]
@@ -531,12 +531,12 @@ class ObjectFlow:
         nowhere else: what every construction of the class in the file (``Model(model, ...,
         scheduler)``) hands that parameter (None for an argument that is not a name). Empty
         when the attribute is set anywhere else in the class or the class is never built."""
-        init, kept = self._kept_parameter(name, at)
+        init, kept = self.kept_parameter(name, at)
         if init is None or kept is None:
             return []
         return [dotted(value) for value, _ in self._passed_to(init, kept)]
 
-    def _kept_parameter(
+    def kept_parameter(
         self, name: str | None, at: cst.CSTNode
     ) -> tuple[cst.FunctionDef | None, str | None]:
         """The ``__init__`` and its parameter that ``self.<attr>`` (``name``, read at ``at``)

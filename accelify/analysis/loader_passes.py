@@ -15,8 +15,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.loops import loop_source
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods
+from accelify.analysis.syntax import dotted, strip_self_methods, walk
+
+#: Builtins that read a whole pass of the iterable they are handed (``list(loader)``), and
+#: ``next``, which starts one (``next(iter(loader))``: the first batch of a fresh pass).
+_PASS_READERS = frozenset({"list", "tuple", "set", "sorted", "next"})
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 _SHUFFLING_SAMPLERS = frozenset(
     {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}
@@ -35,6 +41,46 @@ def pass_collective(script: ScriptModel, loader: str) -> str | None:
     source = _prepared_from(script, loader)
     if source is not None and _shuffles(script, source):
         return "it shuffles, and each pass starts with a broadcast of rank 0's shuffling seed"
+    return None
+
+
+def passes_read(script: ScriptModel) -> list[tuple[cst.For | cst.BaseExpression, str]]:
+    """Where the file starts a pass over something it names, with that name: its ``for``
+    loops, its comprehensions and generator expressions (``[len(x) for x, y in loader]``,
+    ``sum(len(x) for x, y in loader)``: the comprehension), and the builtins that read a pass
+    (``list(loader)``, ``next(iter(loader))``: the outer call). Iterating a prepared
+    DataLoader by any of these runs its ``__iter__``, where a shuffling one broadcasts. A
+    comprehension or call inside another one read from the same name is the same pass."""
+    found: list[tuple[cst.For | cst.BaseExpression, str]] = []
+    loops = [(loop.node, loop.iterable) for loop in script.loops if loop.iterable is not None]
+    taken: list[tuple[cst.CSTNode, str]] = [(node.iter, name) for node, name in loops]
+    for node in walk(script.module):
+        iterable = _expression_pass(node)
+        if iterable is None or any(
+            name == iterable and script.inside(node, outer) for outer, name in taken
+        ):
+            continue
+        taken.append((node, iterable))
+        found.append((node, iterable))
+    return [*loops, *found]
+
+
+def _expression_pass(node: cst.CSTNode) -> str | None:
+    """The name a comprehension, or a pass-reading builtin's call, iterates."""
+    if isinstance(node, _COMPREHENSIONS):
+        return loop_source(node.for_in.iter)
+    if (
+        isinstance(node, cst.Call)
+        and dotted(node.func) in _PASS_READERS
+        and len(node.args) >= 1
+        and node.args[0].keyword is None
+        and not node.args[0].star
+    ):
+        handed = node.args[0].value
+        # next(batches) continues a pass, next(iter(loader)) starts one; iter() alone starts
+        # nothing (HF's and accelify's prepared loaders meet at the first batch)
+        starts = isinstance(handed, cst.Call) and dotted(handed.func) == "iter"
+        return loop_source(handed) if starts or dotted(node.func) != "next" else None
     return None
 
 

@@ -248,13 +248,16 @@ class ProjectView:
             return []
         this = self.path.resolve()
         wanted = f"{owner}.{function.name.value}" if owner else function.name.value
+        # a class's ``__init__`` runs where the class is built (``Trainer(accelerator, ...)``)
+        built = owner if owner and function.name.value == "__init__" else None
+        spelled = {function.name.value} | ({built} if built else set())
         found = []
         known = (*self.handing, *self.importers)
         for importer in dict.fromkeys((*known, *self.callers)):
             if importer.resolve() in skip:
                 continue  # answered from what it handed (`HandedCall`): not analysed again
             self.read.add(importer)  # a later edit that calls the name changes the answer
-            if importer not in known and not calls_any(read(importer), {function.name.value}):
+            if importer not in known and not calls_any(read(importer), spelled):
                 continue  # its text never calls the name: read no further
             self.read.update(imported_files(importer, read(importer)).values())
             caller = self.load(importer)
@@ -263,7 +266,7 @@ class ProjectView:
             if caller is None:
                 continue
             for call, module, member in _project_calls(caller, importer):
-                if module.resolve() == this and member == wanted:
+                if module.resolve() == this and member in (wanted, built):
                     found.append(
                         (caller, call, f"{_relative(importer, self.path)}:{caller.line(call)}")
                     )

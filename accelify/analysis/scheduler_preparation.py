@@ -62,23 +62,35 @@ def _handed_with_defaults(script: ScriptModel, depth: int) -> bool:
     project = script.project
     if project is None or not script.prepare_calls or depth > _DEPTH:
         return False
-    functions: dict[int, tuple[cst.FunctionDef, str]] = {}
+    facts = facts_of(script)
+    # the function, its parameter that holds the Accelerator, and its class where it is the
+    # ``__init__`` that keeps it (``self.accelerator = accelerator``, prepared in a method)
+    functions: dict[int, tuple[cst.FunctionDef, str, str | None]] = {}
     for prepare in script.prepare_calls:
         func = prepare.call.func
         receiver = dotted(func.value) if isinstance(func, cst.Attribute) else None
         function = script.index.enclosing_function(prepare.call)
-        if receiver is None or function is None or not has_parameter(function, receiver):
+        if receiver is None or function is None:
             return False
-        functions[id(function)] = (function, receiver)
-    for function, parameter in functions.values():
-        if script.call_graph.calls_of(function):
-            return False  # called here too, with what this file holds
-        callers = project.callers_of(function)
+        if has_parameter(function, receiver):
+            functions[id(function)] = (function, receiver, None)
+            continue
+        init, kept = facts.flow.kept_parameter(receiver, prepare.call)
+        owner = facts.placement.class_of(init) if init is not None else None
+        if init is None or kept is None or owner is None:
+            return False
+        functions[id(init)] = (init, kept, owner.name.value)
+    for function, parameter, owner in functions.values():
+        if script.call_graph.calls_of(function) or facts.flow.calls_of(function):
+            return False  # called (or built) here too, with what this file holds
+        callers = project.callers_of(function, owner=owner)
         if not callers:
             return False
+        implicit = 0 if owner is None else 1  # a construction binds ``self``
         for caller, call, _ in callers:
             handed = next(
-                (a.value for p, a in bound_arguments(function, call) if p == parameter), None
+                (a.value for p, a in bound_arguments(function, call, implicit) if p == parameter),
+                None,
             )
             if (
                 handed is None
