@@ -251,10 +251,12 @@ def gather(data: Any) -> Any:
 
 @collective_record.collective("gather_object")
 @pending_work.tracks
-def gather_object(obj: Any) -> list[Any]:
-    """Every rank's picklable object; lists are flattened, like Accelerate's."""
+def gather_object(obj: Any) -> Any:
+    """Every rank's picklable object; lists are flattened, like Accelerate's. On one process
+    the object itself, as Accelerate returns it: a script that reads
+    ``gather_for_metrics({"loss": loss.item()})["loss"]`` on one process runs on either."""
     if _world() == 1:
-        return list(obj) if isinstance(obj, (list, tuple)) else [obj]
+        return obj
     gathered: list[Any] = [None] * _world()
     dist.all_gather_object(gathered, obj)
     if all(isinstance(item, (list, tuple)) for item in gathered):

@@ -282,6 +282,11 @@ def test_gather_for_metrics_on_one_process_returns_the_batch():
     seen = [accelerator.gather_for_metrics(batch) for (batch,) in loader]
     assert torch.cat(seen).tolist() == [0, 1, 2, 3, 4]
     assert accelerator.gather_for_metrics(["a", "b"]) == ["a", "b"]
+    # Python objects come back as they went in, as HF Accelerate returns them on one process: a
+    # validation step's dict of numbers was a list of one dict, and `outputs["loss"]` raised.
+    assert accelerator.gather_for_metrics({"loss": 0.5, "n": 4}) == {"loss": 0.5, "n": 4}
+    assert accelerator.gather_for_metrics(("a", 1)) == ("a", 1)
+    assert accelerator.gather_for_metrics(7, use_gather_object=True) == 7
 
 
 def test_split_between_processes_on_one_process_is_everything():
