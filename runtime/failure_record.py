@@ -127,12 +127,14 @@ def install(rank: int, on_exception: Callable[[], None], entry: CodeType | None 
     rank_pid = os.getpid()
 
     def hook(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
+        # first: a Ctrl-C that arrived as the exception left the script is taken here, not
+        # raised further into this hook
+        the_ranks_own = _ending_already(rank_pid)
         tb = _below_entry(tb)
         error.__traceback__ = tb
-        if os.getpid() != rank_pid:
+        if not the_ranks_own:
             previous(kind, error, tb)
             return
-        _ending_already()
         for callback in _ON_EXCEPTION:
             callback()
         if directory and issubclass(kind, KeyboardInterrupt):
@@ -148,17 +150,27 @@ def install(rank: int, on_exception: Callable[[], None], entry: CodeType | None 
         _record_exit_handler_errors(Path(directory), rank)
 
 
-def _ending_already() -> None:
-    """A Ctrl-C that reaches a rank already ending of its exception is ignored from here on,
-    where Python would raise it as a KeyboardInterrupt in this hook or in the exit handlers
-    after it ("Error in sys.excepthook" and two tracebacks, the record unwritten, the exit
-    guard's cleanup cut short). It comes late on the ranks whose peer it stopped first: the peer
-    leaves, this rank's collective fails with "Connection closed by peer", and the launcher's
-    relayed SIGINT arrives as that is printed. A handler of the script's own is left as it is."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        # not the main thread: an exception there ends only its thread
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _ending_already(rank_pid: int) -> bool:
+    """Whether this is the rank's own process (not a child it forked), which is ending of its
+    exception: a Ctrl-C that reaches it is ignored from here on, where Python would raise it as
+    a KeyboardInterrupt in this hook or in the exit handlers after it ("Error in sys.excepthook"
+    and two tracebacks, the record unwritten, the exit guard's cleanup cut short). It comes late
+    on the ranks whose peer it stopped first: the peer leaves, this rank's collective fails with
+    "Connection closed by peer", and the launcher's relayed SIGINT arrives as that is printed. A
+    SIGINT already pending is raised by the first call made here (`signal.signal` runs pending
+    handlers before it changes one): taken, and the check made again, with nothing left to come.
+    A handler of the script's own is left as it is."""
+    while True:
+        try:
+            if os.getpid() != rank_pid:
+                return False
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                # not the main thread: an exception there ends only its thread
+                with contextlib.suppress(ValueError):
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+            return True
+        except KeyboardInterrupt:
+            continue  # the Ctrl-C this ignores, raised before it could be
 
 
 #: How Python introduces an exception raised by an atexit handler (`sys.unraisablehook`).

@@ -317,6 +317,56 @@ def test_a_forked_childs_exception_is_not_recorded_as_its_ranks(tmp_path, monkey
     assert not list(tmp_path.rglob("*.json"))
 
 
+@pytest.mark.parametrize("pending_at", ["_below_entry", "getsignal"])
+def test_a_ctrl_c_that_reaches_an_ending_rank_inside_its_excepthook_is_taken_quietly(
+    pending_at: str, tmp_path: Path
+) -> None:
+    """The launcher's relayed SIGINT can reach a rank just as its own exception enters the hook:
+    raised there as a KeyboardInterrupt, Python printed "Error in sys.excepthook" and both
+    tracebacks, and the record went unwritten. The signal is raised at a set point in the hook
+    (``_below_entry``: where flake20 saw it could come before the hook ignored it; ``getsignal``:
+    pending as the hook's first check starts). In a forked child, whose main thread it is."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        code = 2
+        try:
+            os.environ["ACCELIFY_FAILURE_DIR"] = str(tmp_path)
+            for name in ("ACCELIFY_RANK_TRACEBACKS", "TORCHELASTIC_MAX_RESTARTS"):
+                os.environ.pop(name, None)
+            stderr = os.open(tmp_path / "stderr", os.O_WRONLY | os.O_CREAT)
+            os.dup2(stderr, 2)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            failure_record._HOOK[:] = []
+            failure_record.install(0, on_exception=lambda: None)
+            owner = failure_record if pending_at == "_below_entry" else signal
+            real = getattr(owner, pending_at)
+            raised: list[bool] = []
+
+            def step(*args: object) -> object:
+                if not raised:
+                    raised.append(True)
+                    signal.raise_signal(signal.SIGINT)
+                return real(*args)
+
+            setattr(owner, pending_at, step)
+            try:
+                raise ValueError("the rank's own failure")
+            except ValueError as error:
+                try:
+                    sys.excepthook(ValueError, error, error.__traceback__)
+                except KeyboardInterrupt:
+                    code = 3  # what Python reports as "Error in sys.excepthook"
+                else:
+                    code = 0 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 4
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, (tmp_path / "stderr").read_text()
+    record = failure_record.Failure.read(tmp_path / "0" / "0.json")
+    assert record is not None and "the rank's own failure" in record.summary
+    assert "Traceback" not in (tmp_path / "stderr").read_text()
+
+
 # --- the watcher --------------------------------------------------------------------------------
 def watcher() -> Watcher:
     return Watcher(Path("/nonexistent"), hang_timeout=300.0)
