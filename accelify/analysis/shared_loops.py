@@ -239,22 +239,13 @@ def _phases_through_calls(model: ScriptModel) -> list[PhaseLoaders]:
         for call, implicit in model.call_graph.calls_of(function):
             passed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
             loader = passed.get(loop.iterable)
-            if not isinstance(loader, cst.Subscript) or len(loader.slice) != 1:
+            if not _reads_a_subscript(loader):
                 continue
-            index = loader.slice[0].slice
-            owner = dotted(loader.value)
-            if owner is None or not isinstance(index, cst.Index):
-                continue
-            key = index.value
-            if isinstance(key, cst.Name):
-                phase = key.value
-                keys = _phase_values(model, call, phase) or []  # type: ignore[arg-type]
-            else:
-                phase, keys = "", [_literal(key)]
-            if not keys or not all(isinstance(k, str) for k in keys):
+            handed = _keys_handed(model, call, loader)  # type: ignore[arg-type]
+            if handed is None:
                 decided = False
                 break
-            for value in keys:
+            for owner, phase, value, key in handed:
                 values = {
                     flag: _flag_value(passed.get(flag, defaults[flag]), phase, value)
                     for flag in flags
@@ -264,7 +255,7 @@ def _phases_through_calls(model: ScriptModel) -> list[PhaseLoaders]:
                     decided = False
                     break
                 trained = outcomes == {True}
-                if modes.setdefault(owner, {}).setdefault(value, trained) != trained:
+                if modes.setdefault(owner, {}).setdefault(key, trained) != trained:
                     decided = False  # one key both trained and evaluated
                     break
             if not decided:
@@ -281,6 +272,56 @@ def _phases_through_calls(model: ScriptModel) -> list[PhaseLoaders]:
                     )
                 )
     return found
+
+
+def _reads_a_subscript(loader: cst.BaseExpression | None) -> bool:
+    """The loader handed in is ``loaders[...]``, or chosen by a conditional expression of which
+    a branch is one (``loaders[phase] if phase == "train" else loaders["val"]``)."""
+    if isinstance(loader, cst.IfExp):
+        return _reads_a_subscript(loader.body) or _reads_a_subscript(loader.orelse)
+    return isinstance(loader, cst.Subscript)
+
+
+def _keys_handed(
+    model: ScriptModel, call: cst.Call, loader: cst.BaseExpression
+) -> list[tuple[str, str, str, str]] | None:
+    """Per value of the phase the call runs in: the dict, the phase's name, its value and the
+    key of the loader handed (``loaders[phase]``, ``loaders["val"]``, or the branch of a
+    conditional expression the phase's value picks); None when any of them cannot be told, so
+    that a loader evaluated through an expression no one reads is never taken as trained."""
+    phases = {
+        node.value
+        for node in walk(loader)
+        if isinstance(node, cst.Name) and _phase_values(model, call, node.value)
+    }
+    if len(phases) > 1:
+        return None
+    phase = next(iter(phases), "")
+    handed: list[tuple[str, str, str, str]] = []
+    for value in (_phase_values(model, call, phase) or []) if phase else [""]:
+        chosen = _branch_for(loader, phase, value)
+        if not isinstance(chosen, cst.Subscript) or len(chosen.slice) != 1:
+            return None
+        index, owner = chosen.slice[0].slice, dotted(chosen.value)
+        if owner is None or not isinstance(index, cst.Index):
+            return None
+        read = index.value
+        key = value if isinstance(read, cst.Name) and read.value == phase else _literal(read)
+        if not isinstance(key, str) or not key:
+            return None
+        handed.append((owner, phase, value, key))
+    return handed
+
+
+def _branch_for(loader: cst.BaseExpression, phase: str, value: str) -> cst.BaseExpression | None:
+    """What ``loader`` is in the phase ``value``: the branch of each conditional expression its
+    test picks with the phase set; None when a test cannot be told."""
+    while isinstance(loader, cst.IfExp):
+        truth = _evaluate(loader.test, {phase: value}) if phase else None
+        if truth is None:
+            return None
+        loader = loader.body if truth else loader.orelse
+    return loader
 
 
 def _flag_value(node: cst.BaseExpression | None, phase: str, value: str) -> object:
