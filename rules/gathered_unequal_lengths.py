@@ -690,7 +690,9 @@ def _returned_encoding(script: ScriptModel, call: cst.Call) -> cst.Call | None:
     if callee is None:
         return None
     function = callee[0]
-    returns = [r for r in walk(function.body) if isinstance(r, cst.Return)]
+    # its own returns, a bare one included (it hands back no encoding); not those of the
+    # functions defined inside it
+    returns = [r for r in script.index.own_nodes(function) if isinstance(r, cst.Return)]
     found = None
     for returned in returns:
         value = returned.value

@@ -2212,8 +2212,8 @@ def _built_by_a_method(script: ScriptModel, binding: Binding) -> list[Binding]:
     method = target[0]
     returned = {
         node.value.value
-        for node in walk(method)
-        if isinstance(node, cst.Return) and isinstance(node.value, cst.Name)
+        for node in script.index.own_returns(method)
+        if isinstance(node.value, cst.Name)
     }
     return [
         inner
