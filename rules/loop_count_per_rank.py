@@ -188,6 +188,18 @@ class LoopCountPerRank(Rule):
         + "while batch is not None:\n"
         + "    accelerator.backward(policy(batch).sum())\n"
         + "    batch = next(batches, None)\n",
+        # a counter stepped as ``steps = steps + 1``, resumed from a checkpoint every rank loads
+        HEADER
+        + "import torch\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "batches = cycle(loader)\n"
+        + "steps = 0\n"
+        + "if args.resume:\n"
+        + "    steps = torch.load(args.resume, map_location='cpu')['steps']\n"
+        + "while steps < args.max_steps:\n"
+        + "    accelerator.backward(model(next(batches)).sum())\n"
+        + "    optimizer.step()\n"
+        + "    steps = steps + 1\n",
         # a counter and a flag set from it: every rank runs the same passes
         HEADER
         + "policy, optimizer, loader = accelerator.prepare(policy, optimizer, loader)\n"

@@ -181,7 +181,7 @@ class RankDependence:
                     ]
                     for bound, value in pairs:
                         for name in target_names(bound):
-                            uniform = isinstance(value, cst.Integer)
+                            uniform = isinstance(value, cst.Integer) or integer_step(name, value)
                             assigned[name] = assigned.get(name, True) and uniform
                             steps.append((name, node))
             elif isinstance(node, cst.NamedExpr):
@@ -235,6 +235,25 @@ class RankDependence:
 
 #: String methods whose result is the same wherever the string and the arguments are.
 _STRING_METHODS = frozenset({"lower", "upper", "casefold", "strip", "startswith", "endswith"})
+
+
+def integer_step(name: str, value: cst.BaseExpression) -> bool:
+    """``step = step + 1`` (``1 + step``, ``step - 1``): the spelled-out ``step += 1``, which
+    moves the count by the same amount on every rank."""
+    if not (
+        isinstance(value, cst.BinaryOperation)
+        and isinstance(value.operator, (cst.Add, cst.Subtract))
+    ):
+        return False
+    left, right = value.left, value.right
+    if isinstance(left, cst.Name) and left.value == name:
+        return isinstance(right, cst.Integer)
+    return (
+        isinstance(value.operator, cst.Add)
+        and isinstance(left, cst.Integer)
+        and isinstance(right, cst.Name)
+        and right.value == name
+    )
 
 
 def _setting_spelled(call: cst.Call) -> bool:

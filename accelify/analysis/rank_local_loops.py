@@ -27,6 +27,7 @@ from accelify.analysis.collectives import agrees_across_ranks, backends_in_view
 from accelify.analysis.dataflow import statements
 from accelify.analysis.own_stops import decided_by_object
 from accelify.analysis.own_values import binds, names_read
+from accelify.analysis.rank_dependence import integer_step
 from accelify.analysis.sample_counts import first_dimension_of
 from accelify.analysis.syntax import dotted, target_names, walk
 
@@ -123,6 +124,12 @@ def _own_value(facts: Facts, binding: cst.CSTNode) -> bool:
         return False
     if isinstance(binding, cst.AugAssign) and isinstance(value, cst.Integer):
         return False  # ``step += 1``
+    if isinstance(binding, cst.Assign) and any(
+        integer_step(name, value)
+        for target in binding.targets
+        for name in target_names(target.target)
+    ):
+        return False  # ``step = step + 1``
     return not facts.ranks.uniform(value)
 
 
