@@ -15,6 +15,8 @@ _SPREADING = frozenset({"auto", "balanced", "balanced_low_0", "sequential"})
 _SHARDING = ("gather_object", "split_between_processes")
 #: Calls that load a model with a ``device_map``.
 _LOADERS = ("from_pretrained", "pipeline")
+#: PEFT classes whose ``from_pretrained`` wraps a base model the script loaded before.
+_ADAPTER_CLASSES = ("PeftModel", "PeftMixedModel")
 
 _LOAD = (
     "from transformers import AutoModelForCausalLM\n"
@@ -85,6 +87,15 @@ class DeviceMapOnEveryRank(Rule):
             10,
             30,
         ),
+        # AutoPeftModel loads the base model itself, with this device_map
+        Example(
+            HEADER
+            + "from peft import AutoPeftModelForCausalLM\n"
+            + "model = AutoPeftModelForCausalLM.from_pretrained(adapter, device_map='auto')\n"
+            + "model, loader = accelerator.prepare(model, loader)\n",
+            4,
+            70,
+        ),
     )
     good = (
         # a generative-recommendation evaluator: its own DDP switch picks each rank's device,
@@ -99,6 +110,14 @@ class DeviceMapOnEveryRank(Rule):
         + "    model = AutoModelForCausalLM.from_pretrained(path, device_map=device_map)\n"
         + "    model = accelerator.prepare(model)\n"
         + "    return model\n",
+        # an adapter attached to a base loaded whole: PEFT reads this device_map only to
+        # re-dispatch a base its own load offloaded, and this one has no device_map at all
+        HEADER
+        + "from peft import PeftModel\n"
+        + "from transformers import AutoModelForCausalLM\n"
+        + "base = AutoModelForCausalLM.from_pretrained(name)\n"
+        + "model = PeftModel.from_pretrained(base, adapter, device_map='auto')\n"
+        + "model, loader = accelerator.prepare(model, loader)\n",
         # each rank's copy on its own device
         HEADER
         + _LOAD.replace("'auto'", "{'': accelerator.process_index}")
@@ -131,6 +150,8 @@ class DeviceMapOnEveryRank(Rule):
             argument = next((a for a in call.args if _keyword(a) == "device_map"), None)
             if argument is None or not _spreads(script, argument.value, call):
                 continue
+            if _adapter_load(script, call):
+                continue  # the base model's own load placed it
             if DDP in facts.ranks.backend_guards.reached_by_none(call):
                 continue  # a branch only one process takes
             if script.under_rank_guard(call):
@@ -157,6 +178,18 @@ class DeviceMapOnEveryRank(Rule):
                     "copies on each GPU (out of memory), every rank computing on the same devices"
                 )
             yield self.finding(script, argument.value, message=text)
+
+
+def _adapter_load(script: ScriptModel, call: cst.Call) -> bool:
+    """``PeftModel.from_pretrained(base, path, device_map="auto")`` attaches an adapter to a
+    model already loaded: PEFT reads its ``device_map`` only to re-dispatch a base that its own
+    load offloaded to the CPU or disk, so the placement is the base model's load's (reported
+    there when it spreads). ``AutoPeftModel*`` loads the base itself and is not one of these."""
+    for name in script.qualified(call.func):
+        parts = name.split(".")
+        if parts[0] == "peft" and len(parts) >= 3 and parts[-2].startswith(_ADAPTER_CLASSES):
+            return True
+    return False
 
 
 def _keyword(argument: cst.Arg) -> str | None:
