@@ -1224,6 +1224,28 @@ class UnpreparedObject(Rule):
         "                    optimizer.step()\n"
         "                    lr_scheduler.step()\n"
         "                    optimizer.zero_grad()\n",
+        # a Whisper fine-tune: sized after prepare from the prepared loader's length, stepped
+        # once per hand-written accumulation cycle where the fp16 scaler did not skip the
+        # optimizer's step (prepared, it would advance num_processes times per call)
+        HEADER
+        + _OBJECTS
+        + "import math\n"
+        + "from transformers import get_scheduler\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "per_epoch = math.ceil(len(loader) / args.accumulation)\n"
+        + "if args.max_train_steps is None:\n"
+        + "    args.max_train_steps = args.epochs * per_epoch\n"
+        + "lr_scheduler = get_scheduler(\n"
+        + "    'linear', optimizer=optimizer, num_warmup_steps=500,\n"
+        + "    num_training_steps=args.max_train_steps,\n)\n"
+        + "for epoch in range(args.epochs):\n"
+        + "    for step, (x, y) in enumerate(loader):\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean() / args.accumulation)\n"
+        + "        if (step + 1) % args.accumulation == 0:\n"
+        + "            optimizer.step()\n"
+        + "            optimizer.zero_grad()\n"
+        + "            if not accelerator.optimizer_step_was_skipped:\n"
+        + "                lr_scheduler.step()\n",
         # sized before prepare with the loader's length divided by the process count, left
         # out of prepare and stepped with the optimizer: each rank's own steps (review11b)
         HEADER

@@ -48,6 +48,9 @@ _ANNOTATED_KINDS = {
     "torch.optim.optimizer.Optimizer": Kind.OPTIMIZER,
 }
 _OPTIONAL = ("Optional", "typing.Optional")
+#: The Accelerator's own flags for whether the optimizer's step ran: a scheduler stepped under a
+#: test of one of them keeps the optimizer's pace.
+_STEP_FLAGS = ("sync_gradients", "optimizer_step_was_skipped")
 
 
 class ObjectFlow:
@@ -1445,16 +1448,17 @@ class ObjectFlow:
 
     def _step_blocks(self, block: cst.IndentedBlock | cst.Module) -> list[cst.CSTNode]:
         """The block of a scheduler's step, and, when that block is the body of ``if
-        accelerator.sync_gradients:``, the block around the ``if``: ``optimizer.step()`` then
-        ``if accelerator.sync_gradients: scheduler.step()`` steps the two together (an LM
-        trainer checks ``optimizer_step_was_skipped`` there first)."""
+        accelerator.sync_gradients:`` (or ``if not accelerator.optimizer_step_was_skipped:``,
+        a Whisper fine-tune's guard against an fp16 overflow's skipped step), the block around
+        the ``if``: ``optimizer.step()`` then ``if accelerator.sync_gradients:
+        scheduler.step()`` steps the two together."""
         found: list[cst.CSTNode] = [block]
         test = self.model.parent(block)
         outer = self.model.parent(test) if isinstance(test, cst.If) else None
         if (
             isinstance(test, cst.If)
             and test.body is block
-            and "sync_gradients" in self.model.module.code_for_node(test.test)
+            and any(flag in self.model.module.code_for_node(test.test) for flag in _STEP_FLAGS)
             and isinstance(outer, (cst.IndentedBlock, cst.Module))
         ):
             found.append(outer)
