@@ -1142,6 +1142,19 @@ class UngatheredMetric(Rule):
         + "        values.append(model(**batch).loss.detach())\n"
         + "if values:\n"
         + "    print(accelerator.gather_for_metrics(torch.stack(values)).mean().item())\n",
+        # a dict of totals, another entry stored after the loop, then every entry gathered
+        # and summed in a comprehension over its items (a Whisper fine-tune's val_logs)
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "val_logs = {'val_loss': 0, 'val_batches': 0}\n"
+        + "with torch.no_grad():\n    for batch in loader:\n"
+        + "        val_logs['val_loss'] += model(**batch).loss\n"
+        + "val_logs['val_batches'] = torch.tensor(float(len(loader)), device=accelerator.device)\n"
+        + "if accelerator.num_processes > 1:\n"
+        + "    val_logs = {\n"
+        + "        k: accelerator.gather_for_metrics(v).sum() for k, v in val_logs.items()\n"
+        + "    }\n"
+        + "accelerator.print(val_logs['val_loss'] / val_logs['val_batches'])\n",
         # an RLHF PPO trainer (minitune's): the rollout phase, with the policy in eval mode,
         # keeps each sample of this rank's prompts in a member buffer, and learn() trains on
         # what it holds: this rank's own rollouts, not an evaluation's total
@@ -3043,13 +3056,31 @@ def _reduced_later(
         # a method of the accelerator, or Accelerate's own function (``val_results =
         # gather_object(val_results)`` from accelerate.utils, a VAE trainer's validation)
         if _is_collective(call, accelerators) or combines_ranks(script, call):
-            if not any(_mentions(argument.value, carriers) for argument in call.args):
+            held = carriers | _comprehension_carriers(script, call, carriers)
+            if not any(_mentions(argument.value, held) for argument in call.args):
                 continue
         elif not _combining_method(script, call, carriers, accelerators):
             continue
         if "." in target or _used_before(script, loop, carriers, call, accelerators) is None:
             return True  # ``self.total``: what reads ``self`` is no read of the total
     return False
+
+
+def _comprehension_carriers(script: ScriptModel, call: cst.Call, carriers: set[str]) -> set[str]:
+    """The names a comprehension around ``call`` binds from a carrier: ``v`` of ``{k:
+    accelerator.gather_for_metrics(v).sum() for k, v in val_logs.items()}`` (a Whisper
+    fine-tune's dict of totals, each combined across the ranks)."""
+    found: set[str] = set()
+    for around in script.ancestors(call):
+        if isinstance(around, (cst.FunctionDef, cst.Lambda)):
+            break
+        if isinstance(around, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+            clause: cst.CompFor | None = around.for_in
+            while clause is not None:
+                if _mentions(clause.iter, carriers | found):
+                    found |= target_names(clause.target)
+                clause = clause.inner_for_in
+    return found
 
 
 def _combining_method(
@@ -3137,9 +3168,15 @@ def _size_only(script: ScriptModel, name: cst.Name) -> bool:
 
 
 def _builds_or_combines(node: cst.CSTNode, carriers: set[str], accelerators: set[str]) -> bool:
-    """``node`` assigns a carrier (``errs = torch.cat(errs)``) or is a collective call."""
+    """``node`` assigns a carrier (``errs = torch.cat(errs)``), stores into one (``val_logs[
+    "val_cer"] = metric.compute()``, another entry of a dict of totals gathered whole) or is a
+    collective call."""
     if isinstance(node, cst.Assign):
-        return any(target_names(t.target) & carriers for t in node.targets)
+        return any(
+            target_names(t.target) & carriers
+            or (isinstance(t.target, cst.Subscript) and root_name(t.target) in carriers)
+            for t in node.targets
+        )
     if isinstance(node, cst.AugAssign):
         return bool(target_names(node.target) & carriers)
     return isinstance(node, cst.Call) and _is_collective(node, accelerators)
