@@ -10,6 +10,7 @@ from accelify.analysis.scheduler_preparation import (
     prepared_schedulers,
     preparing_call,
     sized_by_a_prepared_loader,
+    steps_once_per_call,
     steps_once_per_process,
 )
 from accelify.analysis.script_model import Kind, ScriptModel
@@ -53,6 +54,36 @@ _BEFORE_PREPARE = (
     "    model, optimizer, loader, scheduler\n"
     ")\n" + _LOOP
 )
+
+
+#: A trainer that sizes its schedule in ``self.num_train_steps`` from the DataLoader it is
+#: handed, then prepares both, with an Accelerator that steps a prepared scheduler once per call
+#: (a Kaggle "Trainer inspired from HF Trainer and Tez", lintreal45).
+_ONCE_PER_CALL_TRAINER = (
+    "import math\n"
+    "from accelerate import Accelerator\n"
+    "from transformers import get_cosine_schedule_with_warmup\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer, loader, args):\n"
+    "        self.accelerator = Accelerator(step_scheduler_with_optimizer=False)\n"
+    "        self.model, self.optimizer, self.loader = model, optimizer, loader\n"
+    "        per_epoch = math.ceil(len(self.loader) / args.accumulation)\n"
+    "        self.num_train_steps = per_epoch * args.epochs\n"
+    "        self.scheduler = get_cosine_schedule_with_warmup(\n"
+    "            self.optimizer, num_warmup_steps=0, num_training_steps={steps}\n"
+    "        )\n"
+    "        self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(\n"
+    "            self.model, self.optimizer, self.loader, self.scheduler\n"
+    "        )\n\n"
+    "    def fit(self, epochs):\n"
+    "        for epoch in range(epochs):\n"
+    "            for batch in self.loader:\n"
+    "                self.accelerator.backward(self.model(**batch).loss)\n"
+    "                self.optimizer.step()\n"
+    "                self.scheduler.step()\n"
+    "                self.optimizer.zero_grad()\n"
+)
+_ONCE = "Accelerator(step_scheduler_with_optimizer=False)"
 
 
 #: A multi-task trainer's shape (lintreal41): a factory sizes the scheduler in one rank's
@@ -211,6 +242,13 @@ class SchedulerSizedPerRank(Rule):
         ),
         # stepped as a field of the record the factory returns, in a ``while`` loop that trains
         Example(_RECORD_RUN, 23, 62),
+        # an Accelerator that steps a prepared scheduler once per call: sized with the whole
+        # DataLoader before prepare, each rank steps it once per batch of its shard, and on N
+        # processes the schedule is N times too long
+        Example(
+            _BEFORE_PREPARE.format(steps="total_steps").replace("Accelerator()", _ONCE), 11, 31
+        ),
+        Example(_ONCE_PER_CALL_TRAINER.format(steps="self.num_train_steps"), 16, 54),
         # the dict prepared entry by entry, one of its entries read under a name of its own
         Example(
             _HEAD.replace(
@@ -296,17 +334,29 @@ class SchedulerSizedPerRank(Rule):
         + _LOOP,
         # the length of another, unprepared loader (ACC405's business when it counts steps)
         _HEAD + _SIZED.format(steps="len(full_loader) * 3") + _LOOP,
+        # stepped once per call and sized in one rank's steps: the prepared loader's length,
+        # or the whole length divided by the process count
+        _HEAD.replace("Accelerator()", _ONCE) + _SIZED.format(steps="len(loader) * 3") + _LOOP,
+        _BEFORE_PREPARE.format(steps="total_steps // accelerator.num_processes").replace(
+            "Accelerator()", _ONCE
+        ),
+        _ONCE_PER_CALL_TRAINER.format(
+            steps="self.num_train_steps // self.accelerator.num_processes"
+        ),
+        # ... with the batches split across processes, every rank has the whole loader's count
+        _BEFORE_PREPARE.format(steps="total_steps").replace(
+            "Accelerator()", "Accelerator(step_scheduler_with_optimizer=False, split_batches=True)"
+        ),
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        once = steps_once_per_call(script)
+        if once is not None:
+            yield from self._whole_length_stepped_once(script, once)
+            return
         if not steps_once_per_process(script):
             return
-        facts = facts_of(script)
-        prepared = prepared_schedulers(script)
-        steps = facts.flow.scheduler_steps(set(prepared))
-        for name, argument in prepared.items():
-            if not any(step.scheduler == name and step.per_batch for step in steps):
-                continue  # stepped per epoch (ACC408), or not stepped here
+        for _, argument in _stepped_per_batch(script):
             length = sized_by_a_prepared_loader(script, argument)
             if length is None:
                 yield from self._counted_twice(script, argument)
@@ -329,6 +379,30 @@ class SchedulerSizedPerRank(Rule):
                 argument,
                 message=in_file_words(text, accelerator_name(script, argument)),
                 covers=_same_place(script, argument),
+            )
+
+    def _whole_length_stepped_once(self, script: ScriptModel, made: cst.Call) -> Iterator[Finding]:
+        """``step_scheduler_with_optimizer=False``: a prepared scheduler steps once per call,
+        so sized with the whole DataLoader's length (taken before prepare shards it) it runs
+        N times too long on N processes."""
+        for _, argument in _stepped_per_batch(script):
+            found = _whole_length_divided_per_rank(script, argument, whole_only=True)
+            if found is None:
+                continue
+            length, _ = found
+            given = script.module.code_for_node(argument.value)
+            text = (
+                f"Size {given} in one rank's steps: it was sized with "
+                f"{script.module.code_for_node(length)} (line {script.line(length)}), the "
+                "batches of the DataLoader before prepare shards it (every rank's), and the "
+                f"Accelerator made at line {script.line(made)} has "
+                "step_scheduler_with_optimizer=False, so each rank steps it once per batch of "
+                "its 1/N shard: on N processes its schedule is N times too long (its decay "
+                "never reached; so is a warmup sized from that length); size it with len() of "
+                "the prepared DataLoader, or divide its step counts by accelerator.num_processes"
+            )
+            yield self.finding(
+                script, argument, message=in_file_words(text, accelerator_name(script, argument))
             )
 
     def _counted_twice(self, script: ScriptModel, argument: cst.Arg) -> Iterator[Finding]:
@@ -371,6 +445,18 @@ class SchedulerSizedPerRank(Rule):
             message=in_file_words(text, accelerator_name(script, argument)),
             covers=_same_place(script, argument),
         )
+
+
+def _stepped_per_batch(script: ScriptModel) -> list[tuple[str, cst.Arg]]:
+    """Each prepared scheduler the file steps once per batch, with the argument of ``prepare``
+    that passed it: one stepped per epoch is ACC408's, one never stepped here is no one's."""
+    prepared = prepared_schedulers(script)
+    steps = facts_of(script).flow.scheduler_steps(set(prepared))
+    return [
+        (name, argument)
+        for name, argument in prepared.items()
+        if any(step.scheduler == name and step.per_batch for step in steps)
+    ]
 
 
 def _same_place(script: ScriptModel, argument: cst.Arg) -> list[tuple[int, int, str]]:
@@ -418,8 +504,8 @@ def _whole_length_times_processes(
 
 
 def _whole_length_divided_per_rank(
-    script: ScriptModel, argument: cst.Arg
-) -> tuple[cst.Call, cst.CSTNode] | None:
+    script: ScriptModel, argument: cst.Arg, whole_only: bool = False
+) -> tuple[cst.Call, cst.CSTNode | None] | None:
     """The ``len(loader)`` (taken before ``loader`` is prepared) and the division by the
     process count that a prepared scheduler's length argument reads, with no process-count
     factor multiplying it back: one rank's steps (a multi-task RoBERTa trainer's
@@ -450,12 +536,11 @@ def _whole_length_divided_per_rank(
             skipped,
             divisions,
         )
-        if (
-            lengths
-            and divisions
-            and not counts
-            and all(_prepared_after(script, n) for n in lengths)
-        ):
+        if not lengths or counts or not all(_prepared_after(script, n) for n in lengths):
+            continue
+        if whole_only and not divisions:
+            return lengths[0], None  # every rank's batches, as they are before prepare
+        if not whole_only and divisions:
             return lengths[0], divisions[0]
     return None
 
@@ -504,15 +589,18 @@ def _collect(
         if isinstance(node, cst.Call) and process_count(script, node, at):
             counts.append(node)  # ``int(os.environ["WORLD_SIZE"])``, ``dist.get_world_size()``
             continue
-        if depth > 0 and isinstance(node, cst.Name):
+        if depth > 0 and isinstance(node, (cst.Name, cst.Attribute)):
             parent = script.parent(node)
             if isinstance(parent, cst.Attribute) or (
                 isinstance(parent, cst.Call) and parent.func is node
             ):
                 continue  # ``args.epochs``, ``accelerator.num_processes``, a function called
-            if node.value in skipped:
+            name = dotted(node)
+            if name is None or name in skipped:
                 continue
-            named = last_binding(script, node.value, at)
+            if isinstance(node, cst.Attribute) and root_name(node) != "self":
+                continue  # a setting (``args.max_steps``): nothing of the file binds it
+            named = last_binding(script, name, at)
             while isinstance(named, cst.AugAssign):  # ``steps *= accelerator.num_processes``
                 divisor = script.module.code_for_node(named.value)
                 dividing = isinstance(
@@ -526,7 +614,7 @@ def _collect(
                     script, named.value, named, depth - 1, seen, lengths, counts, skipped, divisions
                 ):
                     return False
-                named = last_binding(script, node.value, named)  # what it updated
+                named = last_binding(script, name, named)  # what it updated
             if isinstance(named, cst.Assign) and not _collect(
                 script, named.value, named, depth - 1, seen, lengths, counts, skipped, divisions
             ):

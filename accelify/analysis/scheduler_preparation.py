@@ -21,6 +21,7 @@ from accelify.analysis.syntax import (
     dotted,
     has_parameter,
     is_accelerator_call,
+    keyword_value,
     root_name,
     updated_with,
     walk,
@@ -52,6 +53,24 @@ def steps_once_per_process(script: ScriptModel, depth: int = 0) -> bool:
         for call in made
         for argument in call.args
     )
+
+
+def steps_once_per_call(script: ScriptModel) -> cst.Call | None:
+    """The first Accelerator of the file when every one is made here with
+    ``step_scheduler_with_optimizer=False`` spelled out and batches left unsplit (no
+    ``split_batches`` other than ``False`` anywhere in the file, nothing unpacked into the
+    call): a prepared scheduler then steps once per ``step()``, whatever the process count, so
+    each rank steps it once per batch of its 1/N shard."""
+    made = [call for call in script.calls if is_accelerator_call(call)]
+    if not made or re.search(r"split_batches(?!\s*=\s*False\b)", script.source):
+        return None
+    for call in made:
+        if any(argument.star for argument in call.args):
+            return None
+        value = keyword_value(call, "step_scheduler_with_optimizer")
+        if not (isinstance(value, cst.Name) and value.value == "False"):
+            return None
+    return made[0]
 
 
 def _handed_with_defaults(script: ScriptModel, depth: int) -> bool:
