@@ -164,7 +164,14 @@ class SchedulerSizedPerRank(Rule):
     rank then steps it ``len / N`` times, ``N`` at each call: ``len`` a pass, so the schedule
     is N times too long, its warmup N times longer and its decay never reached. Not reported
     where the sizing divides by the process count anywhere (diffusers' ``math.ceil(len(loader)
-    / accelerator.num_processes)`` multiplied back is right)."""
+    / accelerator.num_processes)`` multiplied back is right).
+
+    So is the case of an Accelerator made in the file with ``step_scheduler_with_optimizer=False``
+    (batches not split): a prepared scheduler then advances once per ``step()``, so one stepped
+    per batch and sized with ``len()`` of the DataLoader before ``prepare`` (every rank's
+    batches, no division by the process count) takes 1/N of its steps on each of N processes
+    and runs N times too long (a trainer that sizes ``self.num_train_steps`` from the loader it
+    is handed, then prepares both)."""
 
     code = "ACC415"
     name = "scheduler-sized-per-rank"
@@ -396,10 +403,12 @@ class SchedulerSizedPerRank(Rule):
                 f"{script.module.code_for_node(length)} (line {script.line(length)}), the "
                 "batches of the DataLoader before prepare shards it (every rank's), and the "
                 f"Accelerator made at line {script.line(made)} has "
-                "step_scheduler_with_optimizer=False, so each rank steps it once per batch of "
-                "its 1/N shard: on N processes its schedule is N times too long (its decay "
-                "never reached; so is a warmup sized from that length); size it with len() of "
-                "the prepared DataLoader, or divide its step counts by accelerator.num_processes"
+                "step_scheduler_with_optimizer=False, so each step() advances it once and each "
+                "rank steps it over its 1/N shard only: on N processes it takes 1/N of the "
+                "steps one process takes, and its schedule, sized the same, runs N times too "
+                "long (its decay not reached; a warmup sized from that length too); size it "
+                "with len() of the prepared DataLoader, or divide its step counts by "
+                "accelerator.num_processes"
             )
             yield self.finding(
                 script, argument, message=in_file_words(text, accelerator_name(script, argument))
