@@ -195,6 +195,24 @@ class PerEpochSchedulerPrepared(Rule):
             7,
             43,
         ),
+        # a training function handed the scheduler, its parameter annotated as torch's
+        # LRScheduler (a thesis trainer's ``scheduler: Optional[LRScheduler]``)
+        Example(
+            "from accelerate import Accelerator\n"
+            "from torch.optim.lr_scheduler import LRScheduler\n\n\n"
+            "def train(model, optimizer, loader, scheduler: LRScheduler, epochs):\n"
+            "    accelerator = Accelerator()\n"
+            "    model, optimizer, loader, scheduler = accelerator.prepare(\n"
+            "        model, optimizer, loader, scheduler\n    )\n"
+            "    for epoch in range(epochs):\n"
+            "        for x, y in loader:\n"
+            "            accelerator.backward(loss_fn(model(x), y))\n"
+            "            optimizer.step()\n"
+            "            optimizer.zero_grad()\n"
+            "        scheduler.step()\n",
+            8,
+            35,
+        ),
     )
     good = (
         # the renamed one sized for the num_processes steps each call takes

@@ -46,6 +46,8 @@ _ANNOTATED_KINDS = {
     "torch.utils.data.dataloader.DataLoader": Kind.DATALOADER,
     "torch.optim.Optimizer": Kind.OPTIMIZER,
     "torch.optim.optimizer.Optimizer": Kind.OPTIMIZER,
+    "torch.optim.lr_scheduler.LRScheduler": Kind.SCHEDULER,
+    "torch.optim.lr_scheduler._LRScheduler": Kind.SCHEDULER,
 }
 _OPTIONAL = ("Optional", "typing.Optional")
 #: The Accelerator's own flags for whether the optimizer's step ran: a scheduler stepped under a
