@@ -273,6 +273,23 @@ _EVALUATED_TWICE = (
 )
 
 
+#: A timm launcher: the forward runs in a registry-built paradigm object the file does not
+#: define, handed the prepared model and the batch; ``{gather}`` is what the loop does with it.
+_PARADIGM_EVAL = (
+    HEADER
+    + "import evaluate\nimport timm\n\n\n"
+    + "def launch(args, paradigm, loader):\n"
+    + "    model = timm.create_model(args.model)\n"
+    + "    model, loader = accelerator.prepare(model, loader)\n"
+    + "    metric = evaluate.load('accuracy')\n"
+    + "    for x, label in loader:\n"
+    + "        pred = paradigm.inference(model, x)\n"
+    + "{gather}"
+    + "        metric.add_batch(references=label, predictions=pred)\n"
+    + "    accelerator.print(metric.compute())\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -289,6 +306,8 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # the forward in an object the file does not define, handed the model and the batch
+        Example(_PARADIGM_EVAL.format(gather=""), 13, 9),
         # the helper is right for the call that gathers: the call that leaves it is the bug
         Example(
             _EVALUATED_TWICE.format(final="    final = evaluate(model, eval_loader)\n"), 28, 13
@@ -1142,6 +1161,10 @@ class UngatheredMetric(Rule):
         + "        values.append(model(**batch).loss.detach())\n"
         + "if values:\n"
         + "    print(accelerator.gather_for_metrics(torch.stack(values)).mean().item())\n",
+        # ... its outputs gathered with the labels on the spot
+        _PARADIGM_EVAL.format(
+            gather="        pred, label = accelerator.gather_for_metrics((pred, label))\n"
+        ),
         # a dict of totals, another entry stored after the loop, then every entry gathered
         # and summed in a comprehension over its items (a Whisper fine-tune's val_logs)
         HEADER
@@ -2639,7 +2662,34 @@ def _evaluation_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.Ca
         or _helper_forward(facts, loop)
         or _model_helper_forward(script, facts, loop)
         or _step_helper_forward(script, facts, loop)
+        or _outside_forward(script, facts, loop)
     )
+
+
+def _outside_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.Call | None:
+    """``pred = paradigm.inference(model, x)``: a call of something the file does not define,
+    handed the prepared model and this batch (a name the loop binds from it) but not the
+    accelerator: it runs the model on the batch and hands back this rank's outputs (a timm
+    launcher's paradigm object, built by a registry). One handed the accelerator may combine
+    the ranks itself and is left alone."""
+    accelerators = script.names_of(Kind.ACCELERATOR)
+    batch = loop.batch_names
+    flow = facts.flow
+    for call in walk(loop.node.body):
+        if not isinstance(call, cst.Call) or script.call_graph.callee(call) is not None:
+            continue
+        names = [dotted(argument.value) for argument in call.args]
+        if any((name or "").split(".")[0] in accelerators for name in names):
+            continue
+        model = any(
+            name is not None
+            and flow.kind_of(name, call) is Kind.MODEL
+            and (name in script.prepared_names or flow.prepared_argument(call, argument.value))
+            for argument, name in zip(call.args, names, strict=True)
+        )
+        if model and any(name in batch for name in names):
+            return call
+    return None
 
 
 def _per_rank_totals(
