@@ -764,6 +764,17 @@ class StopOnOwnValue(Rule):
         # a callback of the trainer's list sets the trainer's flag on this rank's own training
         # loss, handed in the logs dict: fit() stops on it alone
         Example(_CALLBACK_STOP.format(fold=""), 44, 17),
+        # the same callbacks run by hook name, the logs reaching them through ``*args``
+        Example(
+            _CALLBACK_STOP.format(fold="")
+            .replace("def on_epoch_end(self, epoch, logs)", "def _run_callbacks(self, hook, *args)")
+            .replace("cb.on_epoch_end(self, epoch, logs)", "getattr(cb, hook)(self, *args)")
+            .replace(
+                "self.on_epoch_end(epoch, logs)", "self._run_callbacks('on_epoch_end', epoch, logs)"
+            ),
+            44,
+            17,
+        ),
         # batches drawn by hand from a generator over the prepared loader, through a helper:
         # the epoch's mean loss is still this rank's shard's
         Example(_DRAWN_STOP.format(fold=""), 36, 17),

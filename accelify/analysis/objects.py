@@ -12,7 +12,7 @@ in (`bound_arguments`): the analysis and the object flow ask it, nothing else re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -217,13 +217,21 @@ def instance_class(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None
 
 
 def bound_arguments(
-    function: cst.FunctionDef, call: cst.Call, implicit: int = 0
+    function: cst.FunctionDef,
+    call: cst.Call,
+    implicit: int = 0,
+    forwarded: Sequence[cst.Arg] | None = None,
 ) -> list[tuple[str, cst.Arg]]:
-    """(parameter, argument) pairs of one call, by position or keyword; ``*args`` skipped;
-    the first ``implicit`` parameters (``self``) are bound by the call itself."""
+    """(parameter, argument) pairs of one call, by position or keyword; ``*args`` skipped,
+    unless ``forwarded`` says what it holds (`star_forwarded`); the first ``implicit``
+    parameters (``self``) are bound by the call itself."""
     positional = [p.name.value for p in function.params.params][implicit:]
     pairs = []
-    for index, argument in enumerate(call.args):
+    arguments = list(call.args)
+    if forwarded is not None:
+        at = next(i for i, a in enumerate(arguments) if a.star == "*")
+        arguments[at : at + 1] = forwarded
+    for index, argument in enumerate(arguments):
         if argument.star:
             continue
         if argument.keyword is not None:
@@ -231,6 +239,34 @@ def bound_arguments(
         elif index < len(positional):
             pairs.append((positional[index], argument))
     return pairs
+
+
+def star_forwarded(script: ScriptModel, call: cst.Call) -> list[list[cst.Arg]]:
+    """What the ``*args`` of ``call`` holds when it hands on the ``*args`` of the function
+    around it, one list per call of that function: ``getattr(cb, hook)(self, *args)`` in
+    ``def _run_callbacks(self, hook, *args)`` hands each callback ``epoch, logs`` of
+    ``self._run_callbacks("on_epoch_end", epoch, logs)``. Empty when ``call`` hands on no such
+    ``*args``, or where a caller's arguments cannot be told one by one (its own ``*x`` or
+    ``**x``), which that caller's list then leaves out."""
+    function = script.index.enclosing_function(call)
+    star = function.params.star_arg if function is not None else None
+    stars = [a for a in call.args if a.star]
+    if (
+        function is None
+        or not isinstance(star, cst.Param)
+        or len(stars) != 1
+        or stars[0].star != "*"
+        or dotted(stars[0].value) != star.name.value
+    ):
+        return []
+    found = []
+    for outer, implicit in script.call_graph.calls_of(function):
+        if any(a.star for a in outer.args):
+            continue
+        given = [a for a in outer.args if a.keyword is None]
+        width = len(function.params.params) - implicit
+        found.append(given[width:])
+    return found
 
 
 def unpacked_arguments_for(

@@ -22,7 +22,7 @@ from accelify.analysis.collectives import agrees_across_ranks, read_outside_agre
 from accelify.analysis.dataflow import statements
 from accelify.analysis.facts import Facts
 from accelify.analysis.loss_sources import last_binding, runs_before
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import bound_arguments, star_forwarded
 from accelify.analysis.own_values import OwnValues, ShardView, binds, may_bind, names_read
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.structure_tests import model_outputs, structure_only_names
@@ -169,7 +169,7 @@ def _decided_by_object(
                 returns: list[cst.CSTNode] = list(script.index.own_returns(function))
                 found = _decided_in_method(facts, values, function, node, implicit, returns, [])
                 if found is not None:
-                    argument = _own_argument(facts, node, function, implicit, view)
+                    argument = _own_argument(facts, bound_arguments(function, node, implicit), view)
                     read_as = script.module.code_for_node(node)
                     origin, stepped, condition, method = found
                     return Decided(read_as, origin, stepped, condition, node, method, argument)
@@ -191,7 +191,7 @@ def _decided_by_object(
                 member = [f"self.{attribute}"]
                 found = _decided_in_method(facts, values, function, call, implicit, [], member)
                 if found is not None:
-                    argument = _own_argument(facts, call, function, implicit, view)
+                    argument = _own_argument(facts, bound_arguments(function, call, implicit), view)
                     origin, stepped, condition, method = found
                     return Decided(name, origin, stepped, condition, call, method, argument)
     return None
@@ -219,21 +219,25 @@ def _set_on_handed_self(
         for function, implicit in graph.callees(call):
             if graph.owner(function) is None:
                 continue
-            handed = [
-                parameter
-                for parameter, argument in bound_arguments(function, call, implicit)
-                if dotted(argument.value) == "self"
-            ]
-            for parameter in handed:
-                member = [f"{parameter}.{attribute}"]
-                found = _decided_in_method(facts, values, function, call, implicit, [], member)
-                if found is not None:
-                    argument = _own_argument(facts, call, function, implicit, view)
-                    origin, stepped, condition, method = found
-                    return Decided(
-                        f"self.{attribute}", origin, stepped, condition, call, method, argument
+            for forwarded in star_forwarded(script, call) or [None]:
+                bound = bound_arguments(function, call, implicit, forwarded)
+                handed = [parameter for parameter, a in bound if dotted(a.value) == "self"]
+                for parameter in handed:
+                    member = [f"{parameter}.{attribute}"]
+                    found = _decided_with(
+                        facts, values, function, _passed(bound), [], member, _HELPER_DEPTH
                     )
+                    if found is not None:
+                        argument = _own_argument(facts, bound, view)
+                        origin, stepped, condition, method = found
+                        return Decided(
+                            f"self.{attribute}", origin, stepped, condition, call, method, argument
+                        )
     return None
+
+
+def _passed(bound: list[tuple[str, cst.Arg]]) -> dict[str, cst.BaseExpression]:
+    return {name: argument.value for name, argument in bound}
 
 
 def _calls_on_self_methods(script: ScriptModel, loop: cst.For | cst.While) -> list[cst.Call]:
@@ -268,14 +272,11 @@ _InMethod = tuple[cst.CSTNode, cst.CSTNode, cst.If | None, cst.FunctionDef]
 
 
 def _own_argument(
-    facts: Facts,
-    call: cst.Call,
-    function: cst.FunctionDef,
-    implicit: int,
-    view: ShardView | None,
+    facts: Facts, bound: list[tuple[str, cst.Arg]], view: ShardView | None
 ) -> cst.BaseExpression | None:
-    """The argument of ``call`` that holds a value of this rank's own (``val_loss``)."""
-    for _, argument in bound_arguments(function, call, implicit):
+    """The argument a call binds (``bound``) that holds a value of this rank's own
+    (``val_loss``)."""
+    for _, argument in bound:
         if OwnValues(facts, view).origin(argument.value, argument, {}) is not None:
             return argument.value
     return None

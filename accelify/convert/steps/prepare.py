@@ -267,6 +267,15 @@ def _keep_evaluated_loaders_whole(
     they are, in another module, inside a file written on the main process), each with its
     line: every rank evaluates all of it. A scope's objects and those a block makes together
     (one fold of a k-fold loop) pass the same test."""
+    loaders = {n for n, kind in chosen.items() if kind is Kind.DATALOADER}
+    _leave_whole_for_their_own_loops(ctx, chosen, created, scope)
+    _leave_whole_beside_those_left(ctx, chosen, created, loaders - set(chosen))
+
+
+def _leave_whole_for_their_own_loops(
+    ctx: Context, chosen: dict[str, Kind], created: dict[str, int], scope: Scope | None
+) -> None:
+    """Each reason a loader's own evaluation loop gives to leave it unprepared, with its line."""
     inline = _comprehension_evaluations(ctx)
     for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in inline]:
         chosen.pop(name)
@@ -399,9 +408,46 @@ def _keep_evaluated_loaders_whole(
         _leave_whole(ctx, chosen, created, name, loop.node)
         ctx.plan.change(
             ctx.line(loop.node),
-            f"{name} is read only here, where a file is written on the main process: left "
+            f"{name} is read here, where a file is written on the main process: left "
             "unprepared, so that process writes every sample's result",
         )
+
+
+def _leave_whole_beside_those_left(
+    ctx: Context, chosen: dict[str, Kind], created: dict[str, int], whole: set[str]
+) -> None:
+    """A loop that evaluates a loader left whole gathers nothing (the whole set would be
+    counted once per rank), so another loader it also evaluates (``evaluate(self.val_loader)``
+    beside ``evaluate(self.test_loader)`` of a test set whose predictions are listed) would,
+    prepared, have its metrics computed on one rank's shard and divided by that shard's count:
+    silently 1/N of the set. It is left whole too, and so on, each at its loop with a review
+    line. A loader some training loop reads keeps its prepare: its shard is what the rank
+    trains on."""
+    trained = _trained_loaders(ctx)
+    pending = set(whole)
+    while pending:
+        beside: dict[str, tuple[Loop, str]] = {}
+        for evaluation in ctx.facts.evaluations:
+            origins = _loader_origins(ctx, evaluation.loop)
+            left = sorted(origins & whole)
+            if not left or evaluation.already_gathered:
+                continue
+            for name in sorted(origins - trained - whole):
+                if chosen.get(name) is Kind.DATALOADER:
+                    beside.setdefault(name, (evaluation.loop, left[0]))
+        for name, (loop, other) in beside.items():
+            _leave_whole(ctx, chosen, created, name, loop.node)
+            ctx.plan.review(
+                ctx.line(loop.node),
+                f"{name} is evaluated by this loop, which also evaluates {other}, left "
+                "unprepared (every rank reads all of it, so no gather fits this loop): "
+                f"{name} is left unprepared too, and every rank evaluates all of it (correct, "
+                f"not sharded); to shard both, shard {other} too (its own line says what "
+                "keeps it whole), then gather predictions and labels together in this loop "
+                f"with {ctx.a('gather_for_metrics')}",
+            )
+        pending = set(beside)
+        whole |= pending
 
 
 _TRAINED_KINDS = {Kind.MODEL, Kind.OPTIMIZER}
@@ -2763,16 +2809,19 @@ def _whole_beside(
 
 
 def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop]:
-    """Loaders of ``chosen`` read only by loops inside a ``with open(path, "w")`` block that
-    runs on the main process alone (`file_write_blocks`): prepared, that process would write
-    its own shard's predictions, and the other ranks' would be lost."""
+    """Loaders of ``chosen`` read by a loop inside a ``with open(path, "w")`` block that runs
+    on the main process alone (`file_write_blocks`), and by no training loop: prepared, that
+    process would write its own shard's predictions, and the other ranks' would be lost. An
+    evaluation elsewhere that also reads one (``evaluate(model, test_loader)`` before
+    ``write_predictions(model, test_loader, path)``) runs on it whole, as every rank does."""
     blocks = [b for b in file_write_blocks(ctx) if result_read_after(ctx, b) is None]
     inside: dict[str, Loop] = {}
     outside: set[str] = set()
     for loop in ctx.model.loops:
         origins = _loader_origins(ctx, loop)
-        if loop.trains or not any(ctx.facts.placement.inside(loop.node, b) for b in blocks):
+        if loop.trains:
             outside |= origins
+        if loop.trains or not any(ctx.facts.placement.inside(loop.node, b) for b in blocks):
             continue
         for name in sorted(origins):
             inside.setdefault(name, loop)
