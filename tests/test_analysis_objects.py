@@ -260,6 +260,32 @@ def test_what_a_subclass_hands_to_super_init_is_received_by_the_base_constructor
     assert received == {"self.model": Kind.MODEL, "self.optimizer": Kind.OPTIMIZER}
 
 
+def test_a_dict_of_loaders_written_in_a_super_init_call_is_a_loader_dict_of_the_base():
+    from accelify.analysis.objects import is_loader_dict
+
+    source = """
+        class Base:
+            def __init__(self, model, loaders):
+                self.model = model
+                self.loaders = loaders
+
+        class Child(Base):
+            def __init__(self, model, tl, vl):
+                super().__init__(model, loaders={"train": tl, "val": VALUES})
+
+        def main():
+            tl, vl = DataLoader(range(8)), DataLoader(range(4))
+            Child(nn.Linear(2, 2), tl, vl)
+        """
+    model = script(source.replace("VALUES", "vl"))
+    loaders = next(b for b in model.bindings if b.name == "self.loaders")
+    assert loaders.kind is Kind.DATALOADER and loaders.received
+    assert is_loader_dict(model, loaders)
+    # a dict that also holds something else (a config) is no dict of loaders
+    other = script(source.replace("VALUES", "{'lr': 0.1}"))
+    assert "self.loaders" not in kinds(other)
+
+
 def test_what_a_subclass_forwards_through_star_args_reaches_the_base_by_position():
     model = script(
         """

@@ -62,6 +62,8 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
     if binding.received:
         return _made_as(model, binding, is_loader_dict) or any(
             _returns_loader_dicts(model, argument) is False
+            if isinstance(argument, cst.Call)
+            else not _of_dicts(argument)
             for argument in _passed_calls(model, binding)
         )
     if isinstance(value, cst.Dict | cst.DictComp):
@@ -151,10 +153,11 @@ def is_dict_of_loader_dicts(model: ScriptModel, binding: Binding) -> bool:
     return _returns_loader_dicts(model, binding.value, _unpacked_path(binding)) is True
 
 
-def _passed_calls(model: ScriptModel, binding: Binding) -> list[cst.Call]:
-    """The calls callers pass straight in for a received ``binding``: ``get_loaders(cfg)`` of
-    ``cls(cfg, model, get_loaders(cfg))`` for ``self.loaders = loaders`` (no name holds it, so
-    `Binding.sources` cannot say what it is)."""
+def _passed_calls(model: ScriptModel, binding: Binding) -> list[cst.Call | cst.Dict]:
+    """The calls and dict displays callers pass straight in for a received ``binding``:
+    ``get_loaders(cfg)`` of ``cls(cfg, model, get_loaders(cfg))``, ``{"train": tl, "val": vl}``
+    of ``super().__init__(model, loaders={"train": tl, "val": vl})``, for ``self.loaders =
+    loaders`` (no name holds it, so `Binding.sources` cannot say what it is)."""
     function = binding.scope
     if not isinstance(function, cst.FunctionDef):
         return []
@@ -163,7 +166,7 @@ def _passed_calls(model: ScriptModel, binding: Binding) -> list[cst.Call]:
         argument.value
         for call, implicit in model.call_graph.calls_of(function)
         for name, argument in _arguments(model, function, call, implicit)
-        if name == parameter and isinstance(argument.value, cst.Call)
+        if name == parameter and isinstance(argument.value, cst.Call | cst.Dict)
     ]
 
 
@@ -638,6 +641,8 @@ def _receive(
                 value = argument.value
                 if isinstance(value, (cst.Name, cst.Attribute)):
                     kind = _kind_at(model, dotted(value), value, parameters)
+                elif _names_loaders(model, value, parameters):
+                    kind = Kind.DATALOADER
                 else:  # ``Trainer(DataLoader(...))``, ``Trainer(make_loader(...))``
                     kind = classify(value, "") or _made_by_factory(model, value, classify)
                 if kind is not None and parameter not in parameters.get(function, {}):
@@ -658,6 +663,27 @@ def _receive(
                         model, name, kind, function, assign, known, received=True, value=value
                     )
     return added
+
+
+def _names_loaders(
+    model: ScriptModel,
+    value: cst.BaseExpression,
+    parameters: dict[cst.FunctionDef, dict[str, Kind]],
+) -> bool:
+    """``{"train": train_loader, "val": val_loader}`` written in a call (a subclass's
+    ``super().__init__(model, loaders={"train": tl, "val": vl})``): a dict display whose every
+    value is a DataLoader by name, here or as a parameter that receives one. The callee keeps a
+    dict of loaders, each the caller's own object."""
+    return (
+        isinstance(value, cst.Dict)
+        and bool(value.elements)
+        and all(
+            isinstance(element, cst.DictElement)
+            and isinstance(element.value, (cst.Name, cst.Attribute))
+            and _kind_at(model, dotted(element.value), element.value, parameters) is Kind.DATALOADER
+            for element in value.elements
+        )
+    )
 
 
 def _keep_locals(model: ScriptModel, known: set[tuple[str, int]]) -> int:
