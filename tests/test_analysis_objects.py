@@ -286,6 +286,26 @@ def test_a_dict_of_loaders_written_in_a_super_init_call_is_a_loader_dict_of_the_
     assert "self.loaders" not in kinds(other)
 
 
+def test_a_factorys_tuple_of_loaders_bound_whole_is_a_loader_tuple():
+    from accelify.analysis.objects import is_loader_tuple
+
+    source = """
+        def build_data():
+            train_loader = DataLoader(range(8))
+            return train_loader, SECOND
+
+        def main():
+            data = build_data()
+            for batch in data[0]:
+                pass
+        """
+    model = script(source.replace("SECOND", "DataLoader(range(4))"))
+    data = next(b for b in model.bindings if b.name == "data")
+    assert data.kind is Kind.DATALOADER and is_loader_tuple(model, data)
+    # a tuple that also holds a number (the number of classes) is not prepared whole
+    assert "data" not in kinds(script(source.replace("SECOND", "10")))
+
+
 def test_what_a_subclass_forwards_through_star_args_reaches_the_base_by_position():
     model = script(
         """

@@ -21,7 +21,7 @@ from accelify.analysis.imported_returns import Returned
 from accelify.analysis.names import DATALOADERS
 from accelify.analysis.prepare_order import handed_before_prepare
 from accelify.analysis.prepare_outputs import same_object_names
-from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.script_model import Binding, Kind, ScriptModel, value_classifier
 from accelify.analysis.syntax import (
     Path,
     assigned_targets,
@@ -855,14 +855,41 @@ def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int
             continue
         kinds = dict(_call_returns(model, value, classify))
         targets = tuple_leaves(assigned_targets(assign)[0], (cst.Tuple, cst.List))
+        scope = model.scope_of(assign)
+        whole = dotted(assigned_targets(assign)[0])
+        if whole is not None and "." not in whole and _loader_tuple(kinds):
+            # ``data = build_data(cfg)`` of ``return train_loader, val_loader``: read as
+            # ``data[0]``, each element the factory's loader (`is_loader_tuple`)
+            if (whole, id(scope)) not in known:
+                added += bind(model, whole, Kind.DATALOADER, scope, assign, known)
+            continue
         if not kinds or targets is None or {path for path, _ in targets} != set(kinds):
             continue  # ``models, loaders = build()`` of ``return (m, o), (tr, va)``: tuples
-        scope = model.scope_of(assign)
         for path, target in targets:
             name, kind = dotted(target), kinds[path]
             if name is not None and kind is not None and (name, id(scope)) not in known:
                 added += bind(model, name, kind, scope, assign, known, received=False)
     return added
+
+
+def _loader_tuple(kinds: dict[Path, Kind | None]) -> bool:
+    """Returns, by position, that are a flat tuple of two or more DataLoaders."""
+    return len(kinds) > 1 and all(
+        len(path) == 1 and kind is Kind.DATALOADER for path, kind in kinds.items()
+    )
+
+
+def is_loader_tuple(model: ScriptModel, binding: Binding) -> bool:
+    """``data = build_data(cfg)`` whose factory returns a tuple of DataLoaders (``return
+    train_loader, val_loader``), bound whole and read as ``data[0]``: ``prepare`` hands a
+    tuple back untouched, so its loaders are prepared together, ``data =
+    accelerator.prepare(*data)`` (a tuple again, element by element)."""
+    value = binding.value
+    if binding.kind is not Kind.DATALOADER or binding.received or not isinstance(value, cst.Call):
+        return False
+    if not isinstance(assigned_targets(binding.assign)[0], cst.Name):
+        return False
+    return _loader_tuple(dict(_call_returns(model, value, value_classifier(model))))
 
 
 def _made_by_factory(
