@@ -956,3 +956,41 @@ def test_a_dict_entry_stored_again_is_not_followed():
         's["val_loader"]', '{"val_loader": val_loader}', 's["val_loader"] = range(3)'
     )
     assert not reads and "val_loader" not in origins
+
+
+def test_a_tuple_of_loaders_one_of_which_is_evaluated_in_a_comprehension_is_left_whole():
+    """One prepare call shards every loader of the tuple: an evaluation of one of them that no
+    gather fits (a sum over a generator) keeps the tuple as it is, with the review line that
+    says why, or the printed total would cover one rank's shard (n 16 of 32 on 2 ranks)."""
+    from accelify.convert import Options, convert_source
+
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def build_data():
+            x = torch.randn(16, 3)
+            train_loader = DataLoader(TensorDataset(x, x), batch_size=4)
+            val_loader = DataLoader(TensorDataset(x, x), batch_size=4)
+            return train_loader, val_loader
+
+        def main():
+            data = build_data()
+            model = nn.Linear(3, 3)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in data[0]:
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+            with torch.no_grad():
+                n = sum(y.numel() for x, y in data[1] if model(x).sum() > -1e9)
+            print(n)
+        """
+    )
+    converted = convert_source(source.encode(), "train.py", Options())
+    assert b"prepare(*data)" not in converted.converted
+    assert any("data is evaluated in a comprehension" in line.text for line in converted.reviews), (
+        converted.reviews
+    )

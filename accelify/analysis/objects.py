@@ -641,8 +641,8 @@ def _receive(
                 value = argument.value
                 if isinstance(value, (cst.Name, cst.Attribute)):
                     kind = _kind_at(model, dotted(value), value, parameters)
-                elif _names_loaders(model, value, parameters):
-                    kind = Kind.DATALOADER
+                elif _enclosing_class(model, function) and _names_loaders(model, value, parameters):
+                    kind = Kind.DATALOADER  # kept on the instance: `is_loader_dict`
                 else:  # ``Trainer(DataLoader(...))``, ``Trainer(make_loader(...))``
                     kind = classify(value, "") or _made_by_factory(model, value, classify)
                 if kind is not None and parameter not in parameters.get(function, {}):
@@ -672,8 +672,9 @@ def _names_loaders(
 ) -> bool:
     """``{"train": train_loader, "val": val_loader}`` written in a call (a subclass's
     ``super().__init__(model, loaders={"train": tl, "val": vl})``): a dict display whose every
-    value is a DataLoader by name, here or as a parameter that receives one. The callee keeps a
-    dict of loaders, each the caller's own object."""
+    value is a DataLoader by name, here or as a parameter that receives one. A method keeps a
+    dict of loaders, each the caller's own object (a plain function's parameter is left to
+    the call site's dict display: `Flow.keyed_loaders`)."""
     return (
         isinstance(value, cst.Dict)
         and bool(value.elements)

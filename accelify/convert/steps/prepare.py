@@ -97,7 +97,11 @@ def run(ctx: Context, scope: Scope) -> None:
                 dict_parameters.add(received_name(scope, binding.value))
             continue
         if is_loader_tuple(ctx.model, binding):
-            if not _dict_evaluated_unsure(ctx, binding):
+            # one prepare call shards all its loaders: an evaluation of any of them that no
+            # gather fits keeps the whole tuple as it is (its review line says why)
+            probe = {binding.name: Kind.DATALOADER}
+            _keep_evaluated_loaders_whole(ctx, probe, {}, scope)
+            if probe and not _dict_evaluated_unsure(ctx, binding):
                 _prepare_each_element(ctx, binding)
             continue
         chosen[binding.name] = binding.kind
