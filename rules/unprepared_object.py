@@ -9,7 +9,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import SchedulerStep, accumulate_context, once_per_optimizer_step
 from accelify.analysis.loops import entry_read
 from accelify.analysis.loss_sources import last_binding
-from accelify.analysis.objects import is_loader_dict
+from accelify.analysis.objects import is_loader_dict, is_loader_tuple
 from accelify.analysis.prepare_outputs import made_like_a_prepared_input
 from accelify.analysis.process_count import process_count
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
@@ -1477,6 +1477,13 @@ class UnpreparedObject(Rule):
                         "(counts and sums num_processes times too large, len() of the results "
                         "no longer the data set's)"
                     )
+                if _a_loader_tuple(script, source):  # prepare hands a tuple back as it is
+                    message = message.replace(
+                        f"Pass DataLoader `{source}` to accelerator.prepare and use what it "
+                        "returns",
+                        f"Prepare the loaders of the tuple `{source}`, `{source} = "
+                        f"accelerator.prepare(*{source})` (prepare hands a tuple back as it is)",
+                    )
                 epoch = epoch_set_through(script, source) if source else None
                 if epoch is not None:  # a project's own sampler (bucketing), set through it
                     message += (
@@ -2332,6 +2339,12 @@ def _message(what: str, name: str | None, effect: str) -> str:
         f"Pass {what} `{name}` to accelerator.prepare and use what it returns: "
         f"unprepared, it is not {effect}"
     )
+
+
+def _a_loader_tuple(script: ScriptModel, source: str | None) -> bool:
+    """``source`` is bound to a factory's tuple of loaders (``data = build_data(cfg)``, read as
+    ``data[0]``: `objects.is_loader_tuple`)."""
+    return any(b.name == source and is_loader_tuple(script, b) for b in script.bindings)
 
 
 def _dict_prepared_whole(script: ScriptModel, source: str | None) -> PrepareCall | None:

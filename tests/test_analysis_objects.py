@@ -260,6 +260,52 @@ def test_what_a_subclass_hands_to_super_init_is_received_by_the_base_constructor
     assert received == {"self.model": Kind.MODEL, "self.optimizer": Kind.OPTIMIZER}
 
 
+def test_a_dict_of_loaders_written_in_a_super_init_call_is_a_loader_dict_of_the_base():
+    from accelify.analysis.objects import is_loader_dict
+
+    source = """
+        class Base:
+            def __init__(self, model, loaders):
+                self.model = model
+                self.loaders = loaders
+
+        class Child(Base):
+            def __init__(self, model, tl, vl):
+                super().__init__(model, loaders={"train": tl, "val": VALUES})
+
+        def main():
+            tl, vl = DataLoader(range(8)), DataLoader(range(4))
+            Child(nn.Linear(2, 2), tl, vl)
+        """
+    model = script(source.replace("VALUES", "vl"))
+    loaders = next(b for b in model.bindings if b.name == "self.loaders")
+    assert loaders.kind is Kind.DATALOADER and loaders.received
+    assert is_loader_dict(model, loaders)
+    # a dict that also holds something else (a config) is no dict of loaders
+    other = script(source.replace("VALUES", "{'lr': 0.1}"))
+    assert "self.loaders" not in kinds(other)
+
+
+def test_a_factorys_tuple_of_loaders_bound_whole_is_a_loader_tuple():
+    from accelify.analysis.objects import is_loader_tuple
+
+    source = """
+        def build_data():
+            train_loader = DataLoader(range(8))
+            return train_loader, SECOND
+
+        def main():
+            data = build_data()
+            for batch in data[0]:
+                pass
+        """
+    model = script(source.replace("SECOND", "DataLoader(range(4))"))
+    data = next(b for b in model.bindings if b.name == "data")
+    assert data.kind is Kind.DATALOADER and is_loader_tuple(model, data)
+    # a tuple that also holds a number (the number of classes) is not prepared whole
+    assert "data" not in kinds(script(source.replace("SECOND", "10")))
+
+
 def test_what_a_subclass_forwards_through_star_args_reaches_the_base_by_position():
     model = script(
         """
@@ -910,3 +956,41 @@ def test_a_dict_entry_stored_again_is_not_followed():
         's["val_loader"]', '{"val_loader": val_loader}', 's["val_loader"] = range(3)'
     )
     assert not reads and "val_loader" not in origins
+
+
+def test_a_tuple_of_loaders_one_of_which_is_evaluated_in_a_comprehension_is_left_whole():
+    """One prepare call shards every loader of the tuple: an evaluation of one of them that no
+    gather fits (a sum over a generator) keeps the tuple as it is, with the review line that
+    says why, or the printed total would cover one rank's shard (n 16 of 32 on 2 ranks)."""
+    from accelify.convert import Options, convert_source
+
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def build_data():
+            x = torch.randn(16, 3)
+            train_loader = DataLoader(TensorDataset(x, x), batch_size=4)
+            val_loader = DataLoader(TensorDataset(x, x), batch_size=4)
+            return train_loader, val_loader
+
+        def main():
+            data = build_data()
+            model = nn.Linear(3, 3)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in data[0]:
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+            with torch.no_grad():
+                n = sum(y.numel() for x, y in data[1] if model(x).sum() > -1e9)
+            print(n)
+        """
+    )
+    converted = convert_source(source.encode(), "train.py", Options())
+    assert b"prepare(*data)" not in converted.converted
+    assert any("data is evaluated in a comprehension" in line.text for line in converted.reviews), (
+        converted.reviews
+    )

@@ -118,3 +118,41 @@ def test_an_evaluation_run_on_main_only_handed_every_ranks_values_gets_no_writer
     [finding] = lint(code, "ACC403").findings
     assert "Run this evaluation on every rank" in finding.message, finding.message
     assert "writer" not in finding.message, finding.message
+
+
+#: Loaders a factory returns as a tuple, kept whole and read by index (convfix41): prepare hands
+#: a tuple back as it is, so the advice prepares its loaders, and a prepared tuple is no finding.
+LOADER_TUPLE_READ_BY_INDEX = (
+    "import torch\n"
+    "from torch.utils.data import DataLoader\n"
+    "from accelify import Accelerator\n"
+    "\n"
+    "\n"
+    "def build_data():\n"
+    "    train_loader = DataLoader(range(8))\n"
+    "    val_loader = DataLoader(range(4))\n"
+    "    return train_loader, val_loader\n"
+    "\n"
+    "\n"
+    "def main():\n"
+    "    accelerator = Accelerator()\n"
+    "    data = build_data()\n"
+    "    model = torch.nn.Linear(1, 1)\n"
+    "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    model, opt = accelerator.prepare(model, opt)\n"
+    "    for x in data[0]:\n"
+    "        loss = model(x.float().view(1, 1)).sum()\n"
+    "        accelerator.backward(loss)\n"
+    "        opt.step()\n"
+)
+
+
+def test_a_tuple_of_loaders_left_unprepared_is_told_to_prepare_its_loaders_not_the_tuple():
+    [finding] = lint(LOADER_TUPLE_READ_BY_INDEX, "ACC401").findings
+    assert finding.line == 18, finding
+    assert "`data = accelerator.prepare(*data)`" in finding.message, finding.message
+    prepared = LOADER_TUPLE_READ_BY_INDEX.replace(
+        "    data = build_data()\n",
+        "    data = build_data()\n    data = accelerator.prepare(*data)\n",
+    )
+    assert not lint(prepared, "ACC401").findings

@@ -37,6 +37,7 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
+from accelify.analysis.inline_evaluations import runs_a_model_copy
 from accelify.analysis.loops import (
     enumerate_start,
     enumerates,
@@ -2908,12 +2909,14 @@ def _variables(node: cst.CSTNode) -> set[str]:
 
 
 def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
-    """The loop's first call of a model; with none, its first prediction through a method of
-    one (`predicting_method`): ``pred = model.greedy(src, length)`` decodes as much as
-    ``model(src)`` forwards, and its output is what the metric reads."""
+    """The loop's first call of a model, or of a copy of one (``self.ema(x)`` of ``self.ema =
+    copy.deepcopy(self.model)``: it forwards as the model does, on the model's device); with
+    none, its first prediction through a method of one (`predicting_method`): ``pred =
+    model.greedy(src, length)`` decodes as much as ``model(src)`` forwards, and its output is
+    what the metric reads."""
     calls = [node for node in walk(loop.node.body) if isinstance(node, cst.Call)]
     for node in calls:
-        if facts.flow.is_forward(node):
+        if facts.flow.is_forward(node) or runs_a_model_copy(facts, node):
             return node
     for node in calls:
         if predicting_method(node, facts):

@@ -21,7 +21,7 @@ from accelify.analysis.imported_returns import Returned
 from accelify.analysis.names import DATALOADERS
 from accelify.analysis.prepare_order import handed_before_prepare
 from accelify.analysis.prepare_outputs import same_object_names
-from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.script_model import Binding, Kind, ScriptModel, value_classifier
 from accelify.analysis.syntax import (
     Path,
     assigned_targets,
@@ -62,6 +62,8 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
     if binding.received:
         return _made_as(model, binding, is_loader_dict) or any(
             _returns_loader_dicts(model, argument) is False
+            if isinstance(argument, cst.Call)
+            else not _of_dicts(argument)
             for argument in _passed_calls(model, binding)
         )
     if isinstance(value, cst.Dict | cst.DictComp):
@@ -151,10 +153,11 @@ def is_dict_of_loader_dicts(model: ScriptModel, binding: Binding) -> bool:
     return _returns_loader_dicts(model, binding.value, _unpacked_path(binding)) is True
 
 
-def _passed_calls(model: ScriptModel, binding: Binding) -> list[cst.Call]:
-    """The calls callers pass straight in for a received ``binding``: ``get_loaders(cfg)`` of
-    ``cls(cfg, model, get_loaders(cfg))`` for ``self.loaders = loaders`` (no name holds it, so
-    `Binding.sources` cannot say what it is)."""
+def _passed_calls(model: ScriptModel, binding: Binding) -> list[cst.Call | cst.Dict]:
+    """The calls and dict displays callers pass straight in for a received ``binding``:
+    ``get_loaders(cfg)`` of ``cls(cfg, model, get_loaders(cfg))``, ``{"train": tl, "val": vl}``
+    of ``super().__init__(model, loaders={"train": tl, "val": vl})``, for ``self.loaders =
+    loaders`` (no name holds it, so `Binding.sources` cannot say what it is)."""
     function = binding.scope
     if not isinstance(function, cst.FunctionDef):
         return []
@@ -163,7 +166,7 @@ def _passed_calls(model: ScriptModel, binding: Binding) -> list[cst.Call]:
         argument.value
         for call, implicit in model.call_graph.calls_of(function)
         for name, argument in _arguments(model, function, call, implicit)
-        if name == parameter and isinstance(argument.value, cst.Call)
+        if name == parameter and isinstance(argument.value, cst.Call | cst.Dict)
     ]
 
 
@@ -674,6 +677,8 @@ def _receive(
                 value = argument.value
                 if isinstance(value, (cst.Name, cst.Attribute)):
                     kind = _kind_at(model, dotted(value), value, parameters)
+                elif _enclosing_class(model, function) and _names_loaders(model, value, parameters):
+                    kind = Kind.DATALOADER  # kept on the instance: `is_loader_dict`
                 else:  # ``Trainer(DataLoader(...))``, ``Trainer(make_loader(...))``
                     kind = classify(value, "") or _made_by_factory(model, value, classify)
                 if kind is not None and parameter not in parameters.get(function, {}):
@@ -694,6 +699,28 @@ def _receive(
                         model, name, kind, function, assign, known, received=True, value=value
                     )
     return added
+
+
+def _names_loaders(
+    model: ScriptModel,
+    value: cst.BaseExpression,
+    parameters: dict[cst.FunctionDef, dict[str, Kind]],
+) -> bool:
+    """``{"train": train_loader, "val": val_loader}`` written in a call (a subclass's
+    ``super().__init__(model, loaders={"train": tl, "val": vl})``): a dict display whose every
+    value is a DataLoader by name, here or as a parameter that receives one. A method keeps a
+    dict of loaders, each the caller's own object (a plain function's parameter is left to
+    the call site's dict display: `Flow.keyed_loaders`)."""
+    return (
+        isinstance(value, cst.Dict)
+        and bool(value.elements)
+        and all(
+            isinstance(element, cst.DictElement)
+            and isinstance(element.value, (cst.Name, cst.Attribute))
+            and _kind_at(model, dotted(element.value), element.value, parameters) is Kind.DATALOADER
+            for element in value.elements
+        )
+    )
 
 
 def _keep_locals(model: ScriptModel, known: set[tuple[str, int]]) -> int:
@@ -865,14 +892,41 @@ def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int
             continue
         kinds = dict(_call_returns(model, value, classify))
         targets = tuple_leaves(assigned_targets(assign)[0], (cst.Tuple, cst.List))
+        scope = model.scope_of(assign)
+        whole = dotted(assigned_targets(assign)[0])
+        if whole is not None and "." not in whole and _loader_tuple(kinds):
+            # ``data = build_data(cfg)`` of ``return train_loader, val_loader``: read as
+            # ``data[0]``, each element the factory's loader (`is_loader_tuple`)
+            if (whole, id(scope)) not in known:
+                added += bind(model, whole, Kind.DATALOADER, scope, assign, known)
+            continue
         if not kinds or targets is None or {path for path, _ in targets} != set(kinds):
             continue  # ``models, loaders = build()`` of ``return (m, o), (tr, va)``: tuples
-        scope = model.scope_of(assign)
         for path, target in targets:
             name, kind = dotted(target), kinds[path]
             if name is not None and kind is not None and (name, id(scope)) not in known:
                 added += bind(model, name, kind, scope, assign, known, received=False)
     return added
+
+
+def _loader_tuple(kinds: dict[Path, Kind | None]) -> bool:
+    """Returns, by position, that are a flat tuple of two or more DataLoaders."""
+    return len(kinds) > 1 and all(
+        len(path) == 1 and kind is Kind.DATALOADER for path, kind in kinds.items()
+    )
+
+
+def is_loader_tuple(model: ScriptModel, binding: Binding) -> bool:
+    """``data = build_data(cfg)`` whose factory returns a tuple of DataLoaders (``return
+    train_loader, val_loader``), bound whole and read as ``data[0]``: ``prepare`` hands a
+    tuple back untouched, so its loaders are prepared together, ``data =
+    accelerator.prepare(*data)`` (a tuple again, element by element)."""
+    value = binding.value
+    if binding.kind is not Kind.DATALOADER or binding.received or not isinstance(value, cst.Call):
+        return False
+    if not isinstance(assigned_targets(binding.assign)[0], cst.Name):
+        return False
+    return _loader_tuple(dict(_call_returns(model, value, value_classifier(model))))
 
 
 def _made_by_factory(

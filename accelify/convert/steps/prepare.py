@@ -33,6 +33,7 @@ from accelify.analysis.objects import (
     callee,
     is_dict_of_loader_dicts,
     is_loader_dict,
+    is_loader_tuple,
     loader_property,
     received_name,
     returned_local,
@@ -94,6 +95,14 @@ def run(ctx: Context, scope: Scope) -> None:
                 _prepare_each_value(ctx, binding)
             if binding.received and isinstance(scope, cst.FunctionDef):
                 dict_parameters.add(received_name(scope, binding.value))
+            continue
+        if is_loader_tuple(ctx.model, binding):
+            # one prepare call shards all its loaders: an evaluation of any of them that no
+            # gather fits keeps the whole tuple as it is (its review line says why)
+            probe = {binding.name: Kind.DATALOADER}
+            _keep_evaluated_loaders_whole(ctx, probe, {}, scope)
+            if probe and not _dict_evaluated_unsure(ctx, binding):
+                _prepare_each_element(ctx, binding)
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
@@ -1696,6 +1705,21 @@ def _prepare_each_value(ctx: Context, binding: Binding) -> None:
         return
     where = "it is received" if binding.received else "the dict is created"
     ctx.plan.change(binding.line, f"each loader of {name} prepared where {where}")
+
+
+def _prepare_each_element(ctx: Context, binding: Binding) -> None:
+    """``data = build_data(cfg)`` of a factory returning ``train_loader, val_loader``: its
+    loaders prepared together, ``data = accelerator.prepare(*data)`` (a tuple of as many)."""
+    name = binding.name
+    ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}(*{name})"))
+    ctx.need(binding.statement)
+    ctx.plan.prepared.append(name)
+    ctx.loader_dicts_prepared_after[name] = binding.statement
+    factory = dotted(binding.value.func)  # type: ignore[attr-defined]
+    ctx.plan.change(
+        binding.line,
+        f"each loader of {name}, the tuple {factory}() returns, prepared where it is bound",
+    )
 
 
 def _schedulers_sized_by_the_dict(
