@@ -73,7 +73,8 @@ def _handed_with_defaults(script: ScriptModel, depth: int) -> bool:
         if receiver is None or function is None:
             return False
         if has_parameter(function, receiver):
-            functions[id(function)] = (function, receiver, None)
+            # a method's callers build or call its class (``Trainer(accelerator, ...)``)
+            functions[id(function)] = (function, receiver, _method_of(script, function))
             continue
         init, kept = facts.flow.kept_parameter(receiver, prepare.call)
         owner = facts.placement.class_of(init) if init is not None else None
@@ -99,6 +100,14 @@ def _handed_with_defaults(script: ScriptModel, depth: int) -> bool:
             ):
                 return False
     return True
+
+
+def _method_of(script: ScriptModel, function: cst.FunctionDef) -> str | None:
+    """The name of the class ``function`` is a method of (defined in its body), else None."""
+    owner = script.index.enclosing_class(function)
+    if owner is None or not any(s is function for s in owner.body.body):
+        return None
+    return owner.name.value
 
 
 def prepared_schedulers(script: ScriptModel) -> dict[str, cst.Arg]:
