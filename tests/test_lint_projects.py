@@ -380,3 +380,13 @@ def test_a_caller_module_that_cannot_be_decoded_leaves_the_helper_reported(tmp_p
     results = _lint_all(sorted(folder.glob("*.py")), EVERY_RULE, False, 1, False, None)
     assert all(not result.error for result in results), [r.error for r in results]
     assert ("utils.py", 13, "ACC403") in reported(folder)
+
+
+def test_a_grad_scaler_beside_a_handed_accelerator_names_the_line_that_makes_it():
+    """trainer.py is handed train.py's ``Accelerator(mixed_precision="fp16")``: ACC504 names
+    that line, where the precision is changed, instead of an accelerator "made elsewhere"."""
+    messages = reported(PROJECTS / "grad_scaler_beside_a_handed_fp16_accelerator")
+    message = messages[("trainer.py", 9, "ACC504")]
+    assert "made elsewhere" not in message
+    assert "the Accelerator made at train.py:7 has mixed_precision 'fp16'" in message
+    assert "make the mixed_precision of the Accelerator made at train.py:7 'no'" in message

@@ -11,6 +11,7 @@ import re
 import libcst as cst
 
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.handed_accelerators import method_owner
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.prepare_outputs import same_object_names, source_of
@@ -74,7 +75,7 @@ def _handed_with_defaults(script: ScriptModel, depth: int) -> bool:
             return False
         if has_parameter(function, receiver):
             # a method's callers build or call its class (``Trainer(accelerator, ...)``)
-            functions[id(function)] = (function, receiver, _method_of(script, function))
+            functions[id(function)] = (function, receiver, method_owner(script, function))
             continue
         init, kept = facts.flow.kept_parameter(receiver, prepare.call)
         owner = facts.placement.class_of(init) if init is not None else None
@@ -100,14 +101,6 @@ def _handed_with_defaults(script: ScriptModel, depth: int) -> bool:
             ):
                 return False
     return True
-
-
-def _method_of(script: ScriptModel, function: cst.FunctionDef) -> str | None:
-    """The name of the class ``function`` is a method of (defined in its body), else None."""
-    owner = script.index.enclosing_class(function)
-    if owner is None or not any(s is function for s in owner.body.body):
-        return None
-    return owner.name.value
 
 
 def prepared_schedulers(script: ScriptModel) -> dict[str, cst.Arg]:
