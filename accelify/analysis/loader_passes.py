@@ -62,7 +62,72 @@ def passes_read(script: ScriptModel) -> list[tuple[cst.For | cst.BaseExpression,
             continue
         taken.append((node, iterable))
         found.append((node, iterable))
-    return [*loops, *found]
+    return [*loops, *found, *_iterator_passes(script)]
+
+
+def _iterator_passes(script: ScriptModel) -> list[tuple[cst.BaseExpression, str]]:
+    """The ``next(it)`` that starts a pass of an iterator the file keeps (``it = iter(loader)``,
+    ``self._it = iter(self.loader)``), with the loader: ``iter()`` starts nothing, the prepared
+    loader meets the other ranks at its first batch. Only where that first ``next`` is known:
+    the first in source order of the iterator's ``next`` calls, all of them in one function (a
+    method's call may come before another's, in any order)."""
+    draws: dict[int, list[cst.Call]] = {}
+    made: dict[int, cst.Call] = {}
+    for call in script.calls:
+        made_by = iterator_made(script, call)
+        if made_by is not None:
+            draws.setdefault(id(made_by), []).append(call)
+            made[id(made_by)] = made_by
+    found: list[tuple[cst.BaseExpression, str]] = []
+    for key, calls in draws.items():
+        functions = {id(script.index.enclosing_function(call)) for call in calls}
+        loader = loop_source(made[key].args[0].value)
+        if len(functions) == 1 and loader is not None:
+            found.append((min(calls, key=script.order), loader))
+    return found
+
+
+def iterator_made(script: ScriptModel, call: cst.CSTNode) -> cst.Call | None:
+    """The ``iter(loader)`` that ``call``, a ``next(it)``, draws from: every binding of ``it``
+    (in the function around the call, or of ``self.it`` in its class) is ``iter()`` of one
+    same loader; the first of them. None for any other call."""
+    if not (
+        isinstance(call, cst.Call)
+        and dotted(call.func) == "next"
+        and call.args
+        and call.args[0].keyword is None
+        and not call.args[0].star
+    ):
+        return None
+    name = dotted(call.args[0].value)
+    attribute = name is not None and name.startswith("self.") and name.count(".") == 1
+    if name is None or ("." in name and not attribute):
+        return None
+    index = script.index
+    if attribute:
+        bindings = index.assignments_in_class(name, call)
+    else:
+        scope = index.enclosing_function(call)
+        bindings = [a for a in index.assignments_to(name) if index.enclosing_function(a) is scope]
+    values = [
+        binding.value if isinstance(binding, cst.Assign) and len(binding.targets) == 1 else None
+        for binding in bindings
+    ]
+    if not values or not all(_iter_call(value) for value in values):
+        return None
+    sources = {loop_source(value.args[0].value) for value in values}  # type: ignore[union-attr]
+    return values[0] if len(sources) == 1 else None  # type: ignore[return-value]
+
+
+def _iter_call(value: cst.BaseExpression | None) -> bool:
+    """``iter(loader)``: one positional argument."""
+    return (
+        isinstance(value, cst.Call)
+        and dotted(value.func) == "iter"
+        and len(value.args) == 1
+        and value.args[0].keyword is None
+        and not value.args[0].star
+    )
 
 
 def _expression_pass(node: cst.CSTNode) -> str | None:
