@@ -635,6 +635,11 @@ def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, b
             found.append((index, keyword, Kind.ACCELERATOR.value, False))
             continue
         kind = facts.flow.kind_of(name, call)
+        if kind is Kind.SCHEDULER and not facts.flow.prepared_argument(call, argument.value):
+            # a scheduler the callee prepares (``Trainer(accelerator, ..., scheduler)``): how
+            # its prepare makes it step is the callee's business (ACC408)
+            found.append((index, keyword, Kind.SCHEDULER.value, False))
+            continue
         if kind not in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER, None):
             continue
         # a prepared local (or parameter), or an attribute the class was handed prepared
