@@ -357,6 +357,24 @@ class CollectiveOnSomeRanks(Rule):
         # ... its iterator kept, the first batch drawn on the main process alone: the pass
         # starts at that next() (a loop's, or a trainer's own iterator)
         Example(_KEPT_ITERATOR.format(shuffle="shuffle=True", draw=_MAIN_DRAWS), 9, 15),
+        # ... itertools.cycle's first draw iterates the loader; a for over the kept iterator
+        Example(
+            "import itertools\n"
+            + _KEPT_ITERATOR.format(shuffle="shuffle=True", draw=_MAIN_DRAWS).replace(
+                "batches = iter(loader)", "batches = itertools.cycle(loader)"
+            ),
+            10,
+            15,
+        ),
+        Example(
+            _KEPT_ITERATOR.format(
+                shuffle="shuffle=True",
+                draw="    if accelerator.is_main_process:\n"
+                "        for batch in batches:\n            print(batch)\n",
+            ),
+            9,
+            9,
+        ),
         Example(
             _TRAINER_ITERATOR.format(
                 draw="        if self.accelerator.is_main_process:\n"
@@ -707,6 +725,11 @@ class CollectiveOnSomeRanks(Rule):
             shuffle="shuffle=True", draw="    first = next(batches)\n" + _MAIN_DRAWS
         ),
         _KEPT_ITERATOR.format(shuffle="shuffle=False", draw=_MAIN_DRAWS),
+        _KEPT_ITERATOR.format(
+            shuffle="shuffle=True",
+            draw="    for batch in batches:\n"
+            "        if accelerator.is_main_process:\n            print(batch)\n",
+        ),
         _TRAINER_ITERATOR.format(
             draw="        batch = next(self._batches)\n"
             "        if self.accelerator.is_main_process:\n"
