@@ -323,6 +323,24 @@ class GatheredUnequalLengths(Rule):
         # ... tokenized by a helper that returns the ids and the mask as a tuple, and the
         # per-token log-probabilities computed by another helper (common_dpo)
         Example(_DPO_HELPERS.format(reduced="", padded=""), 16, 20),
+        # ... the helper returning the ids and the mask in a dict
+        Example(
+            _DPO_HELPERS.format(reduced="", padded="")
+            .replace(
+                "return chosen['input_ids'], chosen['attention_mask']",
+                "return {'ids': chosen['input_ids'], 'mask': chosen['attention_mask']}",
+            )
+            .replace(
+                "    chosen_ids, chosen_mask = encode(tokenizer, batch)\n",
+                "    chosen = encode(tokenizer, batch)\n",
+            )
+            .replace(
+                "token_logprobs(model, chosen_ids, chosen_mask)",
+                "token_logprobs(model, chosen['ids'], chosen['mask'])",
+            ),
+            16,
+            20,
+        ),
     )
     good = (
         # common_dpo's log-probabilities padded across the processes first, as advised; or
@@ -664,6 +682,9 @@ def _sequences(
         if inner.startswith(_LOGITS) and _shifts_the_sequence(value):
             return f"{_PER_TOKEN_VALUES} of{inner.removeprefix(_LOGITS)}"
         return inner
+    entry = _entry_of_a_helper(script, loop, gather, value, collator, depth)
+    if entry is not None:
+        return entry
     tokenized = _tokenized_here(script, loop, gather, value, depth)
     if tokenized is not None:
         return tokenized
@@ -847,14 +868,15 @@ def _returned_by_helper(
     loop: Scope,
     gather: cst.CSTNode,
     call: cst.Call,
-    part: tuple[int, int] | None,
+    part: tuple[int, int] | str | None,
     collator: PaddingCollator | None,
     depth: int,
 ) -> str | None:
     """What a helper of the file or of another module of the project returns (`_sequences` of
     each of its own ``return`` values, read in it with what ``call`` hands its parameters),
-    where every return agrees: the whole value, or the element at ``part`` (position, count) of
-    a returned tuple of that many (``return enc["input_ids"], enc["attention_mask"]``). A value
+    where every return agrees: the whole value, the element at ``part`` (position, count) of
+    a returned tuple of that many (``return enc["input_ids"], enc["attention_mask"]``), or the
+    value at the key ``part`` of a returned dict (``return {"ids": enc["input_ids"]}``). A value
     flattened inside the helper is not followed: the padding belongs before the flattening."""
     helper = _helper_of(script, loop, call)
     if helper is None:
@@ -863,7 +885,11 @@ def _returned_by_helper(
     for returned in helper.script.index.own_nodes(helper.node):
         if not isinstance(returned, cst.Return):
             continue
-        value = returned.value if part is None else _element(returned.value, *part)
+        value = returned.value
+        if isinstance(part, str):
+            value = _keyed(value, part)
+        elif part is not None:
+            value = _element(value, *part)
         what = (
             _sequences(helper.script, helper, returned, value, collator, depth + 1)
             if value is not None
@@ -918,6 +944,39 @@ def _unpacked_call(
     for position, element in enumerate(names):
         if element.value.value == name:  # type: ignore[attr-defined]
             return value, (position, len(names))
+    return None
+
+
+def _entry_of_a_helper(
+    script: ScriptModel,
+    loop: Scope,
+    gather: cst.CSTNode,
+    value: cst.BaseExpression,
+    collator: PaddingCollator | None,
+    depth: int,
+) -> str | None:
+    """``enc["ids"]`` of ``enc = encode(tokenizer, texts)`` bound above ``gather``, where the
+    helper returns a dict: what it returns at that key (`_returned_by_helper`)."""
+    key = _field(value) if isinstance(value, cst.Subscript) else None
+    if key is None or not isinstance(value.value, cst.Name) or depth >= _DEPTH:  # type: ignore[attr-defined]
+        return None
+    bound = _bound_in_loop(script, loop, gather, value.value.value)  # type: ignore[attr-defined]
+    if not isinstance(bound, cst.Call):
+        return None
+    return _returned_by_helper(script, loop, gather, bound, key, collator, depth + 1)
+
+
+def _keyed(value: cst.BaseExpression | None, key: str) -> cst.BaseExpression | None:
+    """The value at the string ``key`` of a dict display (``{"ids": ids, "mask": mask}``)."""
+    if not isinstance(value, cst.Dict):
+        return None
+    for element in value.elements:
+        if (
+            isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString)
+            and element.key.evaluated_value == key
+        ):
+            return element.value
     return None
 
 
