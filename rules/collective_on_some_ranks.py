@@ -6,6 +6,7 @@ from accelify.analysis.buffered_models import forward_syncs_buffers
 from accelify.analysis.collective_reach import CollectiveUse, LoaderPass
 from accelify.analysis.collectives import FSDP, backends_in_view, named
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loader_passes import iterator_made
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, in_file_words
@@ -161,6 +162,37 @@ _BEST_CHECKPOINT = (
 
 #: A base trainer's fit evaluating on the main process through ``self.evaluate()``, which a
 #: subclass overrides (``{evaluate}``: how the override ends).
+#: A shuffled prepared DataLoader whose iterator is kept (``batches = iter(loader)``) and drawn
+#: from in a loop (``{draw}``): its pass starts at the first ``next``, not at ``iter``.
+_KEPT_ITERATOR = (
+    "from accelerate import Accelerator\nfrom torch.utils.data import DataLoader\n"
+    "accelerator = Accelerator()\n"
+    "loader = DataLoader(data, batch_size=8, {shuffle})\n"
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "batches = iter(loader)\n"
+    "for step in range(100):\n"
+    "{draw}"
+)
+#: A trainer that keeps its prepared loader's iterator and draws a preview batch (``{draw}``).
+_TRAINER_ITERATOR = (
+    "from accelerate import Accelerator\nfrom torch.utils.data import DataLoader\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer, data):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+    "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+    "            model, optimizer, loader\n"
+    "        )\n"
+    "        self._batches = iter(self.loader)\n\n"
+    "    def preview(self):\n"
+    "{draw}"
+)
+_MAIN_DRAWS = "    if accelerator.is_main_process:\n        print(next(batches))\n"
+_EVERY_RANK_DRAWS = (
+    "    batch = next(batches)\n    if accelerator.is_main_process:\n        print(batch)\n"
+)
+
+
 _SUBCLASS_EVALUATES = (
     "import torch\n"
     "from accelerate import Accelerator\n"
@@ -321,6 +353,35 @@ class CollectiveOnSomeRanks(Rule):
             _MAIN_ONLY_PASS.format(shuffle="shuffle=True", probe="batches = list(loader)"),
             18,
             15,
+        ),
+        # ... its iterator kept, the first batch drawn on the main process alone: the pass
+        # starts at that next() (a loop's, or a trainer's own iterator)
+        Example(_KEPT_ITERATOR.format(shuffle="shuffle=True", draw=_MAIN_DRAWS), 9, 15),
+        # ... itertools.cycle's first draw iterates the loader; a for over the kept iterator
+        Example(
+            "import itertools\n"
+            + _KEPT_ITERATOR.format(shuffle="shuffle=True", draw=_MAIN_DRAWS).replace(
+                "batches = iter(loader)", "batches = itertools.cycle(loader)"
+            ),
+            10,
+            15,
+        ),
+        Example(
+            _KEPT_ITERATOR.format(
+                shuffle="shuffle=True",
+                draw="    if accelerator.is_main_process:\n"
+                "        for batch in batches:\n            print(batch)\n",
+            ),
+            9,
+            9,
+        ),
+        Example(
+            _TRAINER_ITERATOR.format(
+                draw="        if self.accelerator.is_main_process:\n"
+                "            print(next(self._batches))\n"
+            ),
+            16,
+            19,
         ),
         # the subclass's override reduces: a Trainer's fit runs it on the main process only
         Example(
@@ -657,6 +718,23 @@ class CollectiveOnSomeRanks(Rule):
         ),
         # ... a shuffled one's iterator made, no batch read: its pass has not started
         _MAIN_ONLY_PASS.format(shuffle="shuffle=True", probe="batches = iter(loader)"),
+        # ... a kept iterator's batch drawn on every rank, the main process printing it; or
+        # its pass started by every rank before the main process draws more; or in order
+        _KEPT_ITERATOR.format(shuffle="shuffle=True", draw=_EVERY_RANK_DRAWS),
+        _KEPT_ITERATOR.format(
+            shuffle="shuffle=True", draw="    first = next(batches)\n" + _MAIN_DRAWS
+        ),
+        _KEPT_ITERATOR.format(shuffle="shuffle=False", draw=_MAIN_DRAWS),
+        _KEPT_ITERATOR.format(
+            shuffle="shuffle=True",
+            draw="    for batch in batches:\n"
+            "        if accelerator.is_main_process:\n            print(batch)\n",
+        ),
+        _TRAINER_ITERATOR.format(
+            draw="        batch = next(self._batches)\n"
+            "        if self.accelerator.is_main_process:\n"
+            "            print(batch)\n"
+        ),
         _MAIN_ONLY_PASS.format(
             shuffle="shuffle=True", probe="for x, y in loader:\n        print(x.shape)"
         ).replace("model, optimizer, loader =", "model, optimizer, train_dl ="),
@@ -960,6 +1038,15 @@ def _pass_advice(script: ScriptModel, loader_pass: LoaderPass) -> str:
             f"before prepare: it iterates the prepared {loader} (line "
             f"{script.line(loader_pass.loop)}); "
             f"{loader_pass.why}, a collective the other ranks never join (hang)"
+        )
+    elif (made := iterator_made(script, loader_pass.loop)) is not None:
+        iterator = script.module.code_for_node(made)
+        text = (
+            f"Draw this first batch of {iterator} (line {script.line(made)}) on every rank "
+            "(gather what the main process needs with accelerator.gather_for_metrics), or make "
+            f"the iterator from the DataLoader from before prepare: {loader} is prepared, its "
+            f"pass starts at the first next(); {loader_pass.why}, a collective the other ranks "
+            "never join (hang)"
         )
     else:
         text = (

@@ -1,5 +1,9 @@
+from __future__ import annotations
+
+import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -15,6 +19,42 @@ from accelify.analysis.syntax import assigned_targets, dotted, keyword_value, ta
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, calls, calls_accelerator
 
 _GATHERS = frozenset({"gather", "gather_for_metrics"})
+
+
+@dataclass
+class _Helper:
+    """A function the evaluation loop calls (``ids, mask = encode(tokenizer, batch)``,
+    ``token_logprobs(model, ids, mask)``: common_dpo's), read as the loop is read: its body
+    binds names above each ``return``, and a parameter stands for what the call hands it, read
+    back in the caller."""
+
+    script: ScriptModel  # the helper's module
+    node: cst.FunctionDef
+    handed: dict[str, cst.BaseExpression]
+    caller: ScriptModel
+    caller_loop: Scope
+    call: cst.Call
+    file: str | None  # the helper's module where it is not the linted one: ``utils.py``
+    batch_names: frozenset[str] = frozenset()
+
+    def handed_sequences(
+        self, name: str, collator: PaddingCollator | None, depth: int
+    ) -> str | None:
+        """`_sequences` of what the call hands the parameter ``name``, read in the caller."""
+        given = self.handed.get(name)
+        if given is None:
+            return None
+        return _sequences(self.caller, self.caller_loop, self.call, given, collator, depth)
+
+    def handed_encoding(self, name: str) -> str | None:
+        """`_encoding` of what the call hands the parameter ``name``, read in the caller."""
+        given = self.handed.get(name)
+        return None if given is None else _encoding(self.caller, self.caller_loop, self.call, given)
+
+
+#: Where names are read: the evaluation loop, or a helper it calls.
+Scope = Loop | _Helper
+
 #: Batch fields that are token sequences whatever the task; ``labels`` is one only where the
 #: collator pads labels (token classification, seq2seq, language modelling).
 _SEQUENCE_FIELDS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
@@ -27,8 +67,9 @@ _SAME_SHAPE = ("cpu", "cuda", "to", "contiguous", "detach", "long", "int", "clon
 _PER_TOKEN = ("log_softmax", "softmax", "float", "half", "exp", "log", "sigmoid")
 #: Fields of a tokenizer's output that are as long as its longest text.
 _ENCODED_FIELDS = ("input_ids", "attention_mask", "token_type_ids")
-#: How many renames of a gathered name are followed back to what it was made from.
-_DEPTH = 4
+#: How many renames of a gathered name, and calls of the helpers that make it, are followed back
+#: to what it was made from.
+_DEPTH = 10
 
 _NER = (
     "import torch\n"
@@ -122,6 +163,29 @@ _TOKENIZED_HERE = (
     "        logprobs = model(**enc).logits.log_softmax(-1)[:, :-1]\n"
     "{between}"
     "    logprobs = accelerator.gather_for_metrics(logprobs)\n"
+)
+
+
+#: common_dpo's trainer: the chosen texts tokenized by a helper that returns a tuple, and their
+#: per-token log-probabilities computed by another (``{reduced}`` after them), gathered
+#: (``{padded}`` before).
+_DPO_HELPERS = (
+    "import torch\nfrom accelerate import Accelerator\n"
+    "accelerator = Accelerator()\n"
+    "def encode(tokenizer, batch):\n"
+    "    chosen = tokenizer(batch['chosen'], padding=True, return_tensors='pt')\n"
+    "    return chosen['input_ids'], chosen['attention_mask']\n"
+    "def token_logprobs(model, input_ids, attention_mask):\n"
+    "    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits\n"
+    "    logprobs = logits[:, :-1].log_softmax(-1)\n"
+    "    return torch.gather(logprobs, 2, input_ids[:, 1:, None]).squeeze(-1){reduced}\n"
+    "model, loader = accelerator.prepare(model, loader)\n"
+    "for batch in loader:\n"
+    "    chosen_ids, chosen_mask = encode(tokenizer, batch)\n"
+    "    with torch.no_grad():\n"
+    "        chosen_logps = token_logprobs(model, chosen_ids, chosen_mask)\n"
+    "{padded}"
+    "    chosen_logps = accelerator.gather_for_metrics(chosen_logps)\n"
 )
 
 
@@ -256,8 +320,36 @@ class GatheredUnequalLengths(Rule):
             9,
             16,
         ),
+        # ... tokenized by a helper that returns the ids and the mask as a tuple, and the
+        # per-token log-probabilities computed by another helper (common_dpo)
+        Example(_DPO_HELPERS.format(reduced="", padded=""), 16, 20),
+        # ... the helper returning the ids and the mask in a dict
+        Example(
+            _DPO_HELPERS.format(reduced="", padded="")
+            .replace(
+                "return chosen['input_ids'], chosen['attention_mask']",
+                "return {'ids': chosen['input_ids'], 'mask': chosen['attention_mask']}",
+            )
+            .replace(
+                "    chosen_ids, chosen_mask = encode(tokenizer, batch)\n",
+                "    chosen = encode(tokenizer, batch)\n",
+            )
+            .replace(
+                "token_logprobs(model, chosen_ids, chosen_mask)",
+                "token_logprobs(model, chosen['ids'], chosen['mask'])",
+            ),
+            16,
+            20,
+        ),
     )
     good = (
+        # common_dpo's log-probabilities padded across the processes first, as advised; or
+        # summed to one per text by the helper
+        _DPO_HELPERS.format(
+            reduced="",
+            padded="    chosen_logps = accelerator.pad_across_processes(chosen_logps, dim=1)\n",
+        ),
+        _DPO_HELPERS.format(reduced=".sum(-1)", padded=""),
         # ... the inputs padded across the processes too
         _UNPACKED.format(
             padded="    ids = accelerator.pad_across_processes(ids, dim=1, "
@@ -509,7 +601,7 @@ def _elements(value: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 def _sequences(
     script: ScriptModel,
-    loop: Loop,
+    loop: Scope,
     gather: cst.CSTNode,
     value: cst.BaseExpression,
     collator: PaddingCollator | None,
@@ -541,6 +633,21 @@ def _sequences(
             return f"{inner}, flattened at line {script.line(value)}"
         if member == "generate":
             return "token ids from generate, as long as the batch's longest generation"
+        if member in ("gather", "torch.gather"):
+            # ``logprobs.gather(-1, ids)``, ``torch.gather(logprobs, 2, ids)``: a value per
+            # token picked from per-token values, one per token still
+            inner = _gathered_from(value)
+            what = (
+                _sequences(script, loop, gather, inner, collator, depth, flat)
+                if inner is not None
+                else None
+            )
+            return what if what is not None and what.startswith(_PER_TOKEN_VALUES) else None
+        squeezed = value.args[0].value if value.args else None
+        if isinstance(func, cst.Attribute) and member == "squeeze" and _last_axis(squeezed):
+            # ``picked.squeeze(-1)``: the index's last axis of one dropped, a value per token
+            inner = _sequences(script, loop, gather, func.value, collator, depth, flat)
+            return inner if inner is not None and _tokenized(inner) else None
         if member == "argmax" and _last_axis(_argmax_axis(value)):
             # the argmax of a tokenizer-padded batch's logits: one prediction per token
             inner = _argmax_receiver(value)
@@ -562,6 +669,8 @@ def _sequences(
             )
         ):
             return f"token predictions of batches {collator.name} pads"
+        if depth < _DEPTH:
+            return _returned_by_helper(script, loop, gather, value, None, collator, depth)
         return None
     if isinstance(value, cst.Subscript) and _cuts_along(value):
         # ``logprobs[:, :-1]``: as many dimensions, the sequence one a token shorter; the
@@ -571,9 +680,12 @@ def _sequences(
         if inner is None or not _tokenized(inner):
             return None
         if inner.startswith(_LOGITS) and _shifts_the_sequence(value):
-            return "per-token values" + inner.removeprefix(_LOGITS)
+            return f"{_PER_TOKEN_VALUES} of{inner.removeprefix(_LOGITS)}"
         return inner
-    tokenized = _tokenized_here(script, loop, gather, value)
+    entry = _entry_of_a_helper(script, loop, gather, value, collator, depth)
+    if entry is not None:
+        return entry
+    tokenized = _tokenized_here(script, loop, gather, value, depth)
     if tokenized is not None:
         return tokenized
     field = _field(value)
@@ -588,6 +700,7 @@ def _sequences(
     if not isinstance(value, cst.Name) or depth >= _DEPTH:
         return None
     latest = None
+    part: tuple[cst.Call, int] | None = None  # ``ids, mask = encode(...)``: what it returns
     bound: cst.CSTNode = gather
     for node in walk(loop.node.body):
         if not isinstance(node, (cst.Assign, cst.AnnAssign)) or node.value is None:
@@ -606,14 +719,20 @@ def _sequences(
                     if isinstance(target, cst.Name)
                     else _paired_value(target, node.value, value.value)
                 )
+                part = _unpacked_call(target, node.value, value.value)
                 bound = node
+    if part is not None:
+        return _returned_by_helper(script, loop, bound, part[0], part[1], collator, depth + 1)
+    if latest is None and bound is gather and isinstance(loop, _Helper):
+        return loop.handed_sequences(value.value, collator, depth + 1)
     if latest is None:
         return None
     # what it was made from, read above that binding (``preds = preds.flatten()``)
     return _sequences(script, loop, bound, latest, collator, depth + 1, flat)
 
 
-_TOKENIZED = "tokenized with padding=True at line"
+_TOKENIZED = "tokenized with padding=True at"
+_PER_TOKEN_VALUES = "per-token values"
 #: A model's logits for a tokenized batch: per token for a language model, per text for a
 #: classifier; reported only once shifted along the sequence (`_shifts_the_sequence`).
 _LOGITS = "logits of"
@@ -625,7 +744,11 @@ def _tokenized(what: str) -> bool:
 
 
 def _tokenized_here(
-    script: ScriptModel, loop: Loop, gather: cst.CSTNode, value: cst.BaseExpression
+    script: ScriptModel,
+    loop: Scope,
+    gather: cst.CSTNode,
+    value: cst.BaseExpression,
+    depth: int = _DEPTH,
 ) -> str | None:
     """``enc["input_ids"]`` (or ``enc.input_ids``) of ``enc = tokenizer(texts, padding=True,
     return_tensors="pt")`` bound in the loop above ``gather``, and the ``.logits`` of a forward
@@ -636,9 +759,9 @@ def _tokenized_here(
     if owner is None:
         return None
     if field in _ENCODED_FIELDS:
-        call = _encoding(script, loop, gather, owner)
-        if call is not None:
-            return f"token ids {_TOKENIZED} {script.line(call)}"
+        place = _encoding(script, loop, gather, owner)
+        if place is not None:
+            return f"token ids {_TOKENIZED} {place}"
         return None
     if field != "logits":
         return None
@@ -651,24 +774,36 @@ def _tokenized_here(
         handed = argument.value
         if isinstance(handed, cst.Subscript | cst.Attribute) and _field(handed) in _ENCODED_FIELDS:
             handed = handed.value
-        call = _encoding(script, loop, gather, handed)
-        if call is not None:
-            return f"{_LOGITS} a batch {_TOKENIZED} {script.line(call)}"
+        place = _encoding(script, loop, gather, handed)
+        if place is not None:
+            return f"{_LOGITS} a batch {_TOKENIZED} {place}"
+        # token ids a helper returned (``ids, mask = encode(...)``, then ``model(ids, mask)``)
+        ids = (
+            _sequences(script, loop, gather, argument.value, None, depth + 1)
+            if depth < _DEPTH
+            else None
+        )
+        if ids is not None and ids.startswith("token ids") and _tokenized(ids):
+            return f"{_LOGITS} a batch {ids.removeprefix('token ids ')}"
     return None
 
 
 def _encoding(
-    script: ScriptModel, loop: Loop, gather: cst.CSTNode, value: cst.BaseExpression
-) -> cst.Call | None:
-    """The tokenizer call that pads to its longest text which ``value`` (a name bound in the
-    loop above ``gather``, or the call itself, moved to a device) is."""
+    script: ScriptModel, loop: Scope, gather: cst.CSTNode, value: cst.BaseExpression
+) -> str | None:
+    """Where the tokenizer call that pads to its longest text is, which ``value`` (a name bound
+    in the loop above ``gather``, or the call itself, moved to a device; in a helper, what its
+    call hands a parameter) is: ``line 12``, or ``utils.py:12`` in another module."""
     if isinstance(value, cst.Name):
         bound = _bound_in_loop(script, loop, gather, value.value)
+        if bound is None and isinstance(loop, _Helper):
+            return loop.handed_encoding(value.value)
         value = bound if bound is not None else value
     value = _unmoved(value)  # ``tokenizer(...).to(device)``
     if isinstance(value, cst.Call) and tokenizer_pads_to_its_longest(value):
-        return value
-    return _returned_encoding(script, value) if isinstance(value, cst.Call) else None
+        return _place(script, loop, value)
+    found = _returned_encoding(script, value) if isinstance(value, cst.Call) else None
+    return _place(script, loop, found) if found is not None else None
 
 
 def _unmoved(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
@@ -712,7 +847,7 @@ def _returned_encoding(script: ScriptModel, call: cst.Call) -> cst.Call | None:
 
 
 def _bound_in_loop(
-    script: ScriptModel, loop: Loop, gather: cst.CSTNode, name: str
+    script: ScriptModel, loop: Scope, gather: cst.CSTNode, name: str
 ) -> cst.BaseExpression | None:
     """What ``name`` was last bound to by a plain assignment in the loop above ``gather``."""
     latest = None
@@ -726,6 +861,148 @@ def _bound_in_loop(
         ):
             latest = node.value
     return latest
+
+
+def _returned_by_helper(
+    script: ScriptModel,
+    loop: Scope,
+    gather: cst.CSTNode,
+    call: cst.Call,
+    part: tuple[int, int] | str | None,
+    collator: PaddingCollator | None,
+    depth: int,
+) -> str | None:
+    """What a helper of the file or of another module of the project returns (`_sequences` of
+    each of its own ``return`` values, read in it with what ``call`` hands its parameters),
+    where every return agrees: the whole value, the element at ``part`` (position, count) of
+    a returned tuple of that many (``return enc["input_ids"], enc["attention_mask"]``), or the
+    value at the key ``part`` of a returned dict (``return {"ids": enc["input_ids"]}``). A value
+    flattened inside the helper is not followed: the padding belongs before the flattening."""
+    helper = _helper_of(script, loop, call)
+    if helper is None:
+        return None
+    found = None
+    for returned in helper.script.index.own_nodes(helper.node):
+        if not isinstance(returned, cst.Return):
+            continue
+        value = returned.value
+        if isinstance(part, str):
+            value = _keyed(value, part)
+        elif part is not None:
+            value = _element(value, *part)
+        what = (
+            _sequences(helper.script, helper, returned, value, collator, depth + 1)
+            if value is not None
+            else None
+        )
+        if what is None or "flattened" in what:
+            return None
+        found = found or what
+    if found is None:
+        return None
+    name = helper.node.name.value
+    return f"{found}, from {name}() at {_place(helper.script, helper, helper.node)}"
+
+
+def _helper_of(script: ScriptModel, loop: Scope, call: cst.Call) -> _Helper | None:
+    """The function ``call`` runs, as a `_Helper`: one of this module (`call_graph`), or one of
+    another module of the project (`ProjectView.function_called`)."""
+    callee = script.call_graph.callee(call)
+    if callee is not None:
+        function, implicit = callee
+        helper_script = script
+        file = loop.file if isinstance(loop, _Helper) else None
+    else:
+        project = script.project
+        found = project.function_called(script, call) if project is not None else None
+        if found is None:
+            return None
+        function, helper_script, path = found
+        implicit = 1 if helper_script.index.enclosing_class(function) is not None else 0
+        file = os.path.relpath(path, project.path.parent)  # type: ignore[union-attr]
+    handed = {parameter: a.value for parameter, a in bound_arguments(function, call, implicit)}
+    return _Helper(helper_script, function, handed, script, loop, call, file)
+
+
+def _place(script: ScriptModel, loop: Scope, node: cst.CSTNode) -> str:
+    """``line 12`` of ``node``; ``utils.py:12`` where it is in a helper of another module."""
+    if isinstance(loop, _Helper) and loop.file is not None:
+        return f"{loop.file}:{script.line(node)}"
+    return f"line {script.line(node)}"
+
+
+def _unpacked_call(
+    target: cst.BaseExpression, value: cst.BaseExpression, name: str
+) -> tuple[cst.Call, tuple[int, int]] | None:
+    """``ids, mask = encode(tokenizer, batch)``: the call, with the position of ``name`` among
+    the plain names of the target and their count."""
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, cst.Call):
+        return None
+    names = target.elements
+    if any(not isinstance(e.value, cst.Name) or isinstance(e, cst.StarredElement) for e in names):
+        return None
+    for position, element in enumerate(names):
+        if element.value.value == name:  # type: ignore[attr-defined]
+            return value, (position, len(names))
+    return None
+
+
+def _entry_of_a_helper(
+    script: ScriptModel,
+    loop: Scope,
+    gather: cst.CSTNode,
+    value: cst.BaseExpression,
+    collator: PaddingCollator | None,
+    depth: int,
+) -> str | None:
+    """``enc["ids"]`` of ``enc = encode(tokenizer, texts)`` bound above ``gather``, where the
+    helper returns a dict: what it returns at that key (`_returned_by_helper`)."""
+    key = _field(value) if isinstance(value, cst.Subscript) else None
+    if key is None or not isinstance(value.value, cst.Name) or depth >= _DEPTH:  # type: ignore[attr-defined]
+        return None
+    bound = _bound_in_loop(script, loop, gather, value.value.value)  # type: ignore[attr-defined]
+    if not isinstance(bound, cst.Call):
+        return None
+    return _returned_by_helper(script, loop, gather, bound, key, collator, depth + 1)
+
+
+def _keyed(value: cst.BaseExpression | None, key: str) -> cst.BaseExpression | None:
+    """The value at the string ``key`` of a dict display (``{"ids": ids, "mask": mask}``)."""
+    if not isinstance(value, cst.Dict):
+        return None
+    for element in value.elements:
+        if (
+            isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString)
+            and element.key.evaluated_value == key
+        ):
+            return element.value
+    return None
+
+
+def _element(
+    value: cst.BaseExpression | None, position: int, count: int
+) -> cst.BaseExpression | None:
+    """The element at ``position`` of a tuple (or list) of ``count`` plain elements."""
+    if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != count:
+        return None
+    if any(isinstance(e, cst.StarredElement) for e in value.elements):
+        return None
+    return value.elements[position].value
+
+
+def _gathered_from(call: cst.Call) -> cst.BaseExpression | None:
+    """``logprobs`` of ``logprobs.gather(-1, ids)`` and ``torch.gather(logprobs, 2, ids)``, where
+    the values are picked along the last axis (each token's own)."""
+    func = call.func
+    positional = [a.value for a in call.args if a.keyword is None]
+    if isinstance(func, cst.Attribute) and dotted(func.value) != "torch":
+        source, axes = func.value, positional[:1]
+    else:
+        source = positional[0] if positional else None
+        axes = positional[1:2]
+    axis = keyword_value(call, "dim") or (axes[0] if axes else None)
+    return source if _last_axis(axis) else None
 
 
 def _shifts_the_sequence(value: cst.Subscript) -> bool:
@@ -798,7 +1075,7 @@ def _field(value: cst.BaseExpression) -> str | None:
     return None
 
 
-def _batch_read(loop: Loop, value: cst.BaseExpression) -> bool:
+def _batch_read(loop: Scope, value: cst.BaseExpression) -> bool:
     root = value.value if isinstance(value, (cst.Subscript, cst.Attribute)) else None
     return isinstance(root, cst.Name) and root.value in loop.batch_names
 
@@ -826,7 +1103,7 @@ def _argmax_receiver(call: cst.Call) -> cst.BaseExpression | None:
 
 def _forward_of_the_batch(
     script: ScriptModel,
-    loop: Loop,
+    loop: Scope,
     value: cst.BaseExpression | None,
     gather: cst.CSTNode,
 ) -> bool:

@@ -4,6 +4,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.accelerator_objects import without_accelerator
+from accelify.analysis.handed_accelerators import handed_accelerators
 from accelify.analysis.precision import (
     COMPUTED_PRECISION,
     accelerator_never_casts,
@@ -12,7 +13,7 @@ from accelify.analysis.precision import (
     device_type_of_the_run,
     made_precisions,
 )
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import (
     MULTI_BACKEND_TRAINER,
@@ -205,24 +206,41 @@ class ManualAmp(Rule):
 
 def _twice(what: str, script: ScriptModel) -> str:
     """The advice, said as convert says why it keeps a script's AMP: with mixed precision
-    the Accelerator does the same work again, without it the script's own is the only one."""
+    the Accelerator does the same work again, without it the script's own is the only one.
+    An Accelerator another module of the project makes and hands in is named by its line
+    there, where its mixed_precision is changed."""
     made = made_precisions(script)
+    own = _made_here(script)
+    places = sorted({made.where for made in handed_accelerators(script)}) if not own else []
+    which = f"the Accelerator made at {', '.join(places)}" if places else "the Accelerator"
     if not made:
         whose = "the Accelerator (made elsewhere: its mixed_precision is not known here) may"
     elif COMPUTED_PRECISION in made:
-        whose = "the Accelerator's mixed_precision is computed here, and it may"
-    else:
+        computed = "here" if own else f"at {', '.join(places)}"
+        whose = f"the Accelerator's mixed_precision is computed {computed}, and it may"
+    elif own:
         whose = "the Accelerator's mixed_precision is set, and it will"
+    else:
+        spelled = " or ".join(repr(precision) for precision in sorted(made))
+        whose = f"{which} has mixed_precision {spelled}, and it will"
     if what == "scaler":
         return (
             f"GradScaler beside the Accelerator's own: {whose} scale the loss again; call "
             "accelerator.backward(loss) without it (drop its scale, step and update), or keep "
-            "it and make the Accelerator's mixed_precision 'no'"
+            f"it and make the mixed_precision of {which} 'no'"
         )
     return (
         f"autocast beside the Accelerator's own: {whose} cast the forward again; use "
-        "accelerator.autocast() instead, or keep it and make the Accelerator's "
-        "mixed_precision 'no'"
+        f"accelerator.autocast() instead, or keep it and make the mixed_precision of {which} "
+        "'no'"
+    )
+
+
+def _made_here(script: ScriptModel) -> bool:
+    """The file makes an Accelerator of its own (not one handed in)."""
+    return any(
+        isinstance(binding.value, cst.Call) and not binding.received
+        for binding in script.of_kind(Kind.ACCELERATOR)
     )
 
 

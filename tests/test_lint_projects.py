@@ -380,3 +380,24 @@ def test_a_caller_module_that_cannot_be_decoded_leaves_the_helper_reported(tmp_p
     results = _lint_all(sorted(folder.glob("*.py")), EVERY_RULE, False, 1, False, None)
     assert all(not result.error for result in results), [r.error for r in results]
     assert ("utils.py", 13, "ACC403") in reported(folder)
+
+
+def test_a_grad_scaler_beside_a_handed_accelerator_names_the_line_that_makes_it():
+    """trainer.py is handed train.py's ``Accelerator(mixed_precision="fp16")``: ACC504 names
+    that line, where the precision is changed, instead of an accelerator "made elsewhere"."""
+    messages = reported(PROJECTS / "grad_scaler_beside_a_handed_fp16_accelerator")
+    message = messages[("trainer.py", 9, "ACC504")]
+    assert "made elsewhere" not in message
+    assert "the Accelerator made at train.py:7 has mixed_precision 'fp16'" in message
+    assert "make the mixed_precision of the Accelerator made at train.py:7 'no'" in message
+
+
+def test_per_token_logprobs_of_a_helper_module_name_where_the_padding_is_made():
+    """common_dpo: train.py's ``encode`` returns the padded ids and mask as a tuple, and
+    ``token_logprobs`` of logprobs.py turns them into one log-probability per token: ACC413
+    reports the gather, naming the tokenizer call and both helpers."""
+    messages = reported(PROJECTS / "per_token_logprobs_from_a_helper_module_gathered")
+    message = messages[("train.py", 19, "ACC413")]
+    assert "tokenized with padding=True at line 8, from encode() at line 6" in message
+    assert "from token_logprobs() at logprobs.py:4" in message
+    assert "chosen_logps = accelerator.pad_across_processes(chosen_logps, dim=1)" in message

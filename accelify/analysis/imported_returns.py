@@ -64,7 +64,7 @@ def returned_by_project(
     file may define the function (or the class, when its third argument says a method of it is
     called) of that name so that it makes a DataLoader (a test of its text before it is
     analysed); every module is analysed without it."""
-    located = _defined_beside(script, model, call, load, worth)
+    located = defined_beside(script, model, call, load, worth)
     if located is None:
         return Returned(), None
     function, other, file = located
@@ -86,7 +86,7 @@ def returned_by_project(
     return Returned(kinds, dicts), file
 
 
-def _defined_beside(
+def defined_beside(
     script: Path,
     model: ScriptModel,
     call: cst.Call,

@@ -62,7 +62,100 @@ def passes_read(script: ScriptModel) -> list[tuple[cst.For | cst.BaseExpression,
             continue
         taken.append((node, iterable))
         found.append((node, iterable))
-    return [*loops, *found]
+    return [*loops, *found, *_iterator_passes(script)]
+
+
+def _iterator_passes(script: ScriptModel) -> list[tuple[cst.CSTNode, str]]:
+    """The draw that starts a pass of an iterator the file keeps (``it = iter(loader)``,
+    ``self._it = iter(self.loader)``, ``batches = cycle(loader)``), with the loader: ``iter()``
+    starts nothing, the prepared loader meets the other ranks at its first batch (a
+    ``next(it)``, or a ``for`` over ``it``). Only where that first draw is known: the first in
+    source order of the iterator's draws, all of them in one function (a method's call may come
+    before another's, in any order)."""
+    draws: dict[int, list[cst.CSTNode]] = {}
+    made: dict[int, cst.Call] = {}
+    loops = [loop.node for loop in script.loops]
+    for node in [*script.calls, *loops]:
+        made_by = iterator_made(script, node)
+        if made_by is not None:
+            draws.setdefault(id(made_by), []).append(node)
+            made[id(made_by)] = made_by
+    found: list[tuple[cst.CSTNode, str]] = []
+    for key, nodes in draws.items():
+        functions = {id(script.index.enclosing_function(node)) for node in nodes}
+        loader = loop_source(made[key].args[0].value)
+        if len(functions) == 1 and loader is not None:
+            found.append((min(nodes, key=script.order), loader))
+    return found
+
+
+def iterator_made(script: ScriptModel, node: cst.CSTNode) -> cst.Call | None:
+    """The ``iter(loader)`` (or ``cycle(loader)``) that ``node``, a ``next(it)`` or a ``for``
+    over ``it``, draws from: every binding of ``it`` (in the function around it, or of
+    ``self.it`` in its class) is such a call of one same loader; the first of them. None for
+    anything else."""
+    drawn = _drawn(node)
+    name = dotted(drawn) if drawn is not None else None
+    attribute = name is not None and name.startswith("self.") and name.count(".") == 1
+    if name is None or ("." in name and not attribute):
+        return None
+    index = script.index
+    if attribute:
+        bindings = index.assignments_in_class(name, node)
+    else:
+        scope = index.enclosing_function(node)
+        bindings = [a for a in index.assignments_to(name) if index.enclosing_function(a) is scope]
+    values = [
+        binding.value if isinstance(binding, cst.Assign) and len(binding.targets) == 1 else None
+        for binding in bindings
+    ]
+    if not values or not all(_iter_call(value) for value in values):
+        return None
+    sources = {loop_source(value.args[0].value) for value in values}  # type: ignore[union-attr]
+    return values[0] if len(sources) == 1 else None  # type: ignore[return-value]
+
+
+def _drawn(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """``it`` of ``next(it)`` and of ``for batch in it:`` (also ``enumerate(it)``)."""
+    if isinstance(node, cst.For):
+        iterated = node.iter
+        while (
+            isinstance(iterated, cst.Call)
+            and iterated.args
+            and dotted(iterated.func)
+            in (
+                "enumerate",
+                "tqdm",
+                "tqdm.tqdm",
+            )
+        ):
+            iterated = iterated.args[0].value
+        return iterated
+    if (
+        isinstance(node, cst.Call)
+        and dotted(node.func) == "next"
+        and node.args
+        and node.args[0].keyword is None
+        and not node.args[0].star
+    ):
+        return node.args[0].value
+    return None
+
+
+#: What makes an iterator of a loader whose first batch starts a pass: ``cycle`` (itertools', or
+#: a script's own generator, ``while True: for x in dl: yield x``) iterates it at its first draw.
+_ITERATORS = frozenset({"iter", "cycle", "itertools.cycle"})
+
+
+def _iter_call(value: cst.BaseExpression | None) -> bool:
+    """``iter(loader)``, ``cycle(loader)``: one positional argument."""
+    return (
+        isinstance(value, cst.Call)
+        and dotted(value.func) in _ITERATORS
+        and len(value.args) == 1
+        and value.args[0].keyword is None
+        and not value.args[0].star
+    )
 
 
 def _expression_pass(node: cst.CSTNode) -> str | None:

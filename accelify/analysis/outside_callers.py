@@ -325,6 +325,23 @@ class ProjectView:
         self._returns[call] = found
         return found
 
+    def function_called(
+        self, model: ScriptModel, call: cst.Call
+    ) -> tuple[cst.FunctionDef, ScriptModel, Path] | None:
+        """The function of another module of the project that ``call`` (of ``model``, this
+        module's analysis) runs: a top-level function imported from it, or a method of a class
+        imported from it (`imported_returns.defined_beside`), with that module's analysis
+        (alone) and file; None for any other call."""
+        load = self.load_alone or self.load
+        if load is None:
+            return None
+        from accelify.analysis.imported_returns import defined_beside
+
+        found = defined_beside(self.path, model, call, load)
+        if found is not None:
+            self.read.add(found[2])  # a later edit of the helper changes the answer
+        return found
+
     def _may_make_loaders(self, file: Path, name: str, method: bool) -> bool:
         """``file``'s text defines ``name`` at its top level (a package's ``__init__`` that
         re-exports it does not: not analysed for it, as the conversion does not), and its
@@ -618,6 +635,11 @@ def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, b
             found.append((index, keyword, Kind.ACCELERATOR.value, False))
             continue
         kind = facts.flow.kind_of(name, call)
+        if kind is Kind.SCHEDULER and not facts.flow.prepared_argument(call, argument.value):
+            # a scheduler the callee prepares (``Trainer(accelerator, ..., scheduler)``): how
+            # its prepare makes it step is the callee's business (ACC408)
+            found.append((index, keyword, Kind.SCHEDULER.value, False))
+            continue
         if kind not in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER, None):
             continue
         # a prepared local (or parameter), or an attribute the class was handed prepared

@@ -20,6 +20,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.dataflow import variables_in
+from accelify.analysis.handed_accelerators import handed_accelerators
 from accelify.analysis.objects import attributes_kept
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import argument_value, assigned_targets, dotted
@@ -583,28 +584,32 @@ COMPUTED_PRECISION = "computed"
 
 
 def made_precisions(script: ScriptModel) -> set[str]:
-    """The ``mixed_precision`` of each Accelerator the file makes itself: the literal value
-    (``"fp16"``), ``"no"`` where the argument is left out (the launch config decides, and it
-    is "no" unless asked: a script that carries its own GradScaler or autocast is not launched
-    with another precision on top), `COMPUTED_PRECISION` where the file computes it or may
-    hand it in ``**kwargs``. Empty where the file makes none (an accelerator received, or held
-    by a base class: its precision is not known here)."""
-    found = set()
-    for binding in script.of_kind(Kind.ACCELERATOR):
-        construction = binding.value
-        if not isinstance(construction, cst.Call) or binding.received:
-            continue
-        if any(argument.star for argument in construction.args):
-            found.add(COMPUTED_PRECISION)
-            continue
-        value = argument_value(construction, "mixed_precision", position=None)
-        if value is None:
-            found.add("no")
-        elif isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
-            found.add(value.evaluated_value)
-        else:
-            found.add(COMPUTED_PRECISION)
-    return found
+    """The ``mixed_precision`` of each Accelerator the file makes itself (`construction_precision`);
+    where it makes none, of each one the project's other modules make and hand it
+    (`handed_accelerators`: ``Trainer(accelerator, ...)`` of train.py). Empty where neither is
+    known (an accelerator received from a caller the project does not show, or held by a base
+    class: its precision is not known here)."""
+    found = {
+        construction_precision(binding.value)
+        for binding in script.of_kind(Kind.ACCELERATOR)
+        if isinstance(binding.value, cst.Call) and not binding.received
+    }
+    return found or {construction_precision(made.call) for made in handed_accelerators(script)}
+
+
+def construction_precision(construction: cst.Call) -> str:
+    """The literal ``mixed_precision`` of an Accelerator's construction (``"fp16"``), ``"no"``
+    where the argument is left out (the launch config decides, and it is "no" unless asked: a
+    script that carries its own GradScaler or autocast is not launched with another precision
+    on top), `COMPUTED_PRECISION` where the file computes it or may hand it in ``**kwargs``."""
+    if any(argument.star for argument in construction.args):
+        return COMPUTED_PRECISION
+    value = argument_value(construction, "mixed_precision", position=None)
+    if value is None:
+        return "no"
+    if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
+        return value.evaluated_value
+    return COMPUTED_PRECISION
 
 
 def accelerator_never_scales(script: ScriptModel) -> bool:

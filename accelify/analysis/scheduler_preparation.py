@@ -11,6 +11,7 @@ import re
 import libcst as cst
 
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.handed_accelerators import method_owner
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.prepare_outputs import same_object_names, source_of
@@ -92,7 +93,8 @@ def _handed_with_defaults(script: ScriptModel, depth: int) -> bool:
         if receiver is None or function is None:
             return False
         if has_parameter(function, receiver):
-            functions[id(function)] = (function, receiver, None)
+            # a method's callers build or call its class (``Trainer(accelerator, ...)``)
+            functions[id(function)] = (function, receiver, method_owner(script, function))
             continue
         init, kept = facts.flow.kept_parameter(receiver, prepare.call)
         owner = facts.placement.class_of(init) if init is not None else None
