@@ -315,7 +315,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         through the properties, the pass is recorded (`collective_record`) in one call at each
         end and its works tracked (`pending_work`) inline, not through context managers, and
         an engine whose backward is the loss's own is not called (each a Python call or two
-        more: callgrind's count of a step, README "Benchmarks")."""
+        more: callgrind's count of a step, docs/benchmarks.md)."""
         state, backend = self.gradient_state, self.backend
         steps = state.accumulation_steps
         if steps > 1 and not backend.scales_loss_for_accumulation:

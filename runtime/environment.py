@@ -21,7 +21,7 @@ FAILURE_DIR = "ACCELIFY_FAILURE_DIR"
 RANK_TRACEBACKS = "ACCELIFY_RANK_TRACEBACKS"
 DEBUG_MODE = "ACCELIFY_DEBUG_MODE"
 
-#: Every variable of the contract, with what it means; `accelify env` and the README list these.
+#: Every variable of the contract, with what it means; `accelify env` and docs/launch.md list these.
 DOCUMENTED = {
     MIXED_PRECISION: "no | bf16 | fp16: precision when Accelerator(mixed_precision=None)",
     GRADIENT_ACCUMULATION_STEPS: "integer >= 1: when Accelerator(gradient_accumulation_steps=1)",

@@ -107,7 +107,7 @@ class tracked:  # used as a function: `with tracked(enabled):`
 #: reference to each value), for exactly as long as any work holds the copy, and `in_flight`
 #: counts it. Setting and resetting it are two C calls, where a stash of ours is one more entry in
 #: the map that torch copies into every work and every autograd node's run (a 32-wide
-#: DDP step made 1.1 % more instructions with the stash: callgrind, README "Benchmarks").
+#: DDP step made 1.1 % more instructions with the stash: callgrind, docs/benchmarks.md).
 #: Only collectives launched inside the autograd engine's pass are covered: an engine that
 #: communicates around it (DeepSpeed's backward) keeps `tracked`.
 IN_BACKWARD: contextvars.ContextVar[_Token] = contextvars.ContextVar("accelify_in_backward")

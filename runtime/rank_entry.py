@@ -95,8 +95,8 @@ def _freeze_what_torch_made(torch: ModuleType) -> None:
     (`gc.freeze`): about 170 000 objects that live as long as the process, which every full
     collection walked again, during the run and three times more as the interpreter exits. A
     healthy 2-rank run's rank spent 0.91 CPU-seconds in the interpreter's exit, 0.42 with them
-    frozen, and 4.8 CPU-seconds in its whole run, 3.4 frozen (bench/rank_exit.py, the run the
-    README quotes). The script's own objects, made after torch's
+    frozen, and 4.8 CPU-seconds in its whole run, 3.4 frozen (bench/rank_exit.py, the run
+    docs/benchmarks.md quotes). The script's own objects, made after torch's
     import, are collected as before, at exit too: what their finalizers write is still written.
     Frozen objects are still freed when their last reference goes; only those in reference
     cycles stay (53 such objects were garbage when torch's import ended: a few kilobytes).

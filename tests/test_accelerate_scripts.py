@@ -7,8 +7,9 @@ same data: HF's unseeded `RegressionDataset` is drawn from a fixed seed by the c
 from OS entropy, about 3 draws in 10,000 put a "grads not in sync" check of test_sync within
 `allclose`'s tolerance, and HF failed those draws as accelify did). Every case HF passes on the
 same machine must pass on accelify, and every case that fails on accelify is a decision written
-down here (README's "HF Accelerate's test scripts" table says the same). HF's outcomes are
-recorded (tests/accelerate_compat/hf_outcomes.json, by hf_record.py) for the pinned versions.
+down here (docs/runtime.md's "Measured against HF Accelerate's own test scripts" says the
+same). HF's outcomes are recorded (tests/accelerate_compat/hf_outcomes.json, by hf_record.py)
+for the pinned versions.
 """
 
 from __future__ import annotations

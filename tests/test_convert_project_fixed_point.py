@@ -1,8 +1,9 @@
-"""A converted project converts to itself (README: "A converted file converts to itself"), so a
-pre-commit ``accelify convert --check`` passes right after ``--write``. Every project fixture is
-converted, written, and converted again: the second conversion changes no file. In process and
-without runs: cheap for every case (trial20: the driver's read after its trainer's main-process
-save got one more ``trainer.accelerator.wait_for_everyone()`` on each ``--write``)."""
+"""A converted project converts to itself (docs/convert.md: "A converted file converts to
+itself"), so a pre-commit ``accelify convert --check`` passes right after ``--write``. Every
+project fixture is converted, written, and converted again: the second conversion changes no
+file. In process and without runs: cheap for every case (trial20: the driver's read after its
+trainer's main-process save got one more ``trainer.accelerator.wait_for_everyone()`` on each
+``--write``)."""
 
 from __future__ import annotations
 

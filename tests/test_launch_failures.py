@@ -785,7 +785,7 @@ def test_a_stack_taken_as_the_rank_imports_ends_at_the_users_import(tmp_path, mo
 
 def test_a_decorators_library_frame_between_the_users_is_no_caller():
     """``@torch.no_grad()`` runs the user's function from torch's ``_contextlib`` wrapper: the
-    call chain names the user's lines only (the README: never accelify's or torch's frames)."""
+    call chain names the user's lines only (docs/launch.md: never accelify's or torch's frames)."""
     header = {"main_thread": 1, "skip": ["/venv/site-packages/torch/", "/usr/lib/python3.11/"]}
     dump = "\n".join(
         [

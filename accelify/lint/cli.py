@@ -464,14 +464,14 @@ NO_ACCELERATOR_NOTE = (
     "`accelify convert FILE` makes a single-device PyTorch script distributed."
 )
 
-#: What runs by default, said in `accelify rules` and the README.
+#: What runs by default, said in `accelify rules` and docs/lint.md.
 DEFAULT_SET = (
     "default: runs unless --select says otherwise; each finding is a bug (a hang, a crash, a\n"
     "lost or corrupted file, a silently wrong number). opt-in: runs when selected\n"
     "(--extend-select ACC203, --select ALL); `accelify rules CODE` says why it is opt-in."
 )
 
-#: What runs where, said in `accelify rules` and the README.
+#: What runs where, said in `accelify rules` and docs/lint.md.
 PLAIN_SCRIPTS = (
     "Every rule checks files that use an accelerator (accelify's or Hugging Face Accelerate's):\n"
     "created there, returned by a factory, held by a class or received as a parameter. A file\n"
