@@ -69,6 +69,11 @@ BATCH_SIZE_NAMES = ("batch_size", "bs", "batch_sz", "test_batch_size", "eval_bat
 #: A tensor's own attributes: ``outputs.data`` reads the tensor, not a field of an output.
 TENSOR_ATTRIBUTES = {"data", "shape", "T", "mT", "device", "dtype", "grad", "real", "imag"}
 SINK_METHODS = ("append", "extend", "add_batch", "update", "add", "add_")
+#: A row written per batch (``csv.writer(f).writerow(...)``, ``f.write(...)``) outlives the
+#: batch in the file, as an appended one does in a list: prepared, the file holds one rank's
+#: shard unless what is written is gathered.
+WRITE_METHODS = ("writerow", "writerows", "write")
+_CONSOLES = ("sys.stdout", "sys.stderr")
 _SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _COMPUTATIONS = (
     cst.BinaryOperation,
@@ -179,7 +184,9 @@ def _evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     found = Evaluation(loop)
     body = list(statements(loop.node.body))
     local = _assigned_in(loop.node)
-    found.sinks = [sink for sink in body if _is_sink(sink, local)]
+    found.sinks = [
+        sink for sink in body if _is_sink(sink, local) or _writes_a_row(sink, loop.node, local)
+    ]
     if found.sinks and _feeds_training(loop, found.sinks, facts):
         return None
     forward = first_forward(loop, facts)
@@ -2654,6 +2661,32 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
             return False  # ``model = model.eval()`` hands the same object back, folds in nothing
         return target in _variables(small.value) or _fills_a_range(written)
     return False
+
+
+def written_rows(found: Evaluation) -> list[cst.CSTNode]:
+    """The sinks of ``found`` that write a batch's rows to a file opened before the loop
+    (`_writes_a_row`): unlike a list or a total, nothing after the loop can gather them."""
+    local = _assigned_in(found.loop.node)
+    return [sink for sink in found.sinks if _writes_a_row(sink, found.loop.node, local)]
+
+
+def _writes_a_row(small: cst.CSTNode, loop: cst.CSTNode, local: set[str]) -> bool:
+    """``w.writerow([y, p])`` into a file opened before the loop: the file keeps every batch's
+    rows, as a list does. A file the loop opens itself (``with open(f"{i}.txt") as f``) is one
+    per batch, and a console (``sys.stdout.write``) keeps nothing."""
+    if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+        return False
+    func = small.value.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in WRITE_METHODS):
+        return False
+    opened = {
+        name
+        for node in walk(loop.body)
+        if isinstance(node, cst.WithItem) and node.asname is not None
+        for name in target_names(node.asname.name)
+    }
+    owner = root_name(func.value)
+    return owner not in local | opened and dotted(func.value) not in _CONSOLES
 
 
 def _stores_in_a_container(small: cst.CSTNode, local: set[str]) -> bool:
