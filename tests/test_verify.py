@@ -264,6 +264,46 @@ def test_check_3_claims_no_gather_of_a_loop_that_keeps_nothing():
     assert check.verdict.startswith("pass: the loop at line 9 keeps nothing past each batch")
 
 
+SHARD_LOSS = FIXTURES / "verify" / "shard_loss_printed.py"
+
+
+def test_the_reviews_numbers_that_differ_on_n_ranks_are_listed():
+    """The conversion's review says the printed training loss covers one rank's shard on N
+    ranks: the check lists that line, passes (the runs cannot tell it wrong), and a PASS
+    verdict names it instead of standing unqualified."""
+    from accelify.verify.review_notes import caveat, check_rank_reviews
+
+    conversion = convert_source(SHARD_LOSS.read_bytes(), SHARD_LOSS)
+    check = check_rank_reviews(conversion.reviews, "shard_loss_printed.py", 2)
+    assert check is not None and check.passed
+    ((place, text),) = check.rows
+    assert place == "shard_loss_printed.py:21"
+    assert "on N ranks it reads about 1/N of the value" in text
+    assert check.verdict.startswith("see the review: on 2 ranks the converted script computes")
+    check.title = "check 3: " + check.title
+    assert caveat(check, 2) == (
+        "; but the conversion's review says 1 number differs on 2 ranks "
+        "(shard_loss_printed.py:21: check 3)"
+    )
+    others = [note for note in conversion.reviews if note.line != 21]
+    assert check_rank_reviews(others, "shard_loss_printed.py", 2) is None
+
+
+@pytest.mark.distributed
+def test_a_run_to_the_end_passes_naming_the_number_the_review_says_differs(tmp_path: Path):
+    """trial22's train_reg.py: its printed train_mse is about 1/N on N ranks, as the
+    conversion's review says, and `verify --to-end` said a bare PASS."""
+    result = run_accelify("verify", SHARD_LOSS, "--to-end", cwd=tmp_path)
+    assert_ok(result)
+    verdict = result.stdout.rstrip().splitlines()[-1]
+    assert verdict.startswith("verdict: PASS"), result.stdout
+    assert verdict.endswith(
+        "; but the conversion's review says 1 number differs on 2 ranks "
+        "(shard_loss_printed.py:21: check 3)"
+    ), verdict
+    assert "check 3: numbers the conversion's review says differ on N ranks" in result.stdout
+
+
 def test_check_3_says_an_unprepared_evaluation_reads_the_whole_set():
     """The converter leaves this evaluation as it is and its loader unprepared: nothing gathers
     it, and check 3 says why it still covers the set (every rank reads all of it) rather than
