@@ -73,7 +73,6 @@ SINK_METHODS = ("append", "extend", "add_batch", "update", "add", "add_")
 #: batch in the file, as an appended one does in a list: prepared, the file holds one rank's
 #: shard unless what is written is gathered.
 WRITE_METHODS = ("writerow", "writerows", "write")
-_CONSOLES = ("sys.stdout", "sys.stderr")
 _SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _COMPUTATIONS = (
     cst.BinaryOperation,
@@ -185,7 +184,7 @@ def _evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     body = list(statements(loop.node.body))
     local = _assigned_in(loop.node)
     found.sinks = [
-        sink for sink in body if _is_sink(sink, local) or _writes_a_row(sink, loop.node, local)
+        sink for sink in body if _is_sink(sink, local) or _writes_a_row(sink, loop, local, model)
     ]
     if found.sinks and _feeds_training(loop, found.sinks, facts):
         return None
@@ -2663,30 +2662,54 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
     return False
 
 
-def written_rows(found: Evaluation) -> list[cst.CSTNode]:
+def written_rows(found: Evaluation, model: ScriptModel) -> list[cst.CSTNode]:
     """The sinks of ``found`` that write a batch's rows to a file opened before the loop
     (`_writes_a_row`): unlike a list or a total, nothing after the loop can gather them."""
     local = _assigned_in(found.loop.node)
-    return [sink for sink in found.sinks if _writes_a_row(sink, found.loop.node, local)]
+    return [sink for sink in found.sinks if _writes_a_row(sink, found.loop, local, model)]
 
 
-def _writes_a_row(small: cst.CSTNode, loop: cst.CSTNode, local: set[str]) -> bool:
-    """``w.writerow([y, p])`` into a file opened before the loop: the file keeps every batch's
-    rows, as a list does. A file the loop opens itself (``with open(f"{i}.txt") as f``) is one
-    per batch, and a console (``sys.stdout.write``) keeps nothing."""
+def _writes_a_row(small: cst.CSTNode, loop: Loop, local: set[str], model: ScriptModel) -> bool:
+    """``w.writerow([y, p])`` (a csv writer's) or ``f.write(line)`` into a file opened before
+    the loop: the file keeps every batch's rows, as a list does. A file the loop opens itself
+    (``with open(f"{i}.txt") as f``) is one per batch, and a ``.write`` of anything not opened
+    as a file (``bar.write(...)`` of a tqdm bar, ``sys.stdout.write``) keeps nothing."""
     if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
         return False
     func = small.value.func
     if not (isinstance(func, cst.Attribute) and func.attr.value in WRITE_METHODS):
         return False
-    opened = {
-        name
-        for node in walk(loop.body)
-        if isinstance(node, cst.WithItem) and node.asname is not None
-        for name in target_names(node.asname.name)
-    }
     owner = root_name(func.value)
-    return owner not in local | opened and dotted(func.value) not in _CONSOLES
+    if owner is None or owner in local or _opened_in(loop.node.body, owner):
+        return False
+    if func.attr.value != "write":
+        return True
+    scope = model.index.enclosing_function(loop.node)
+    return isinstance(func.value, cst.Name) and _opened_in(scope or model.module, owner)
+
+
+#: Calls that open a file and hand back its object.
+_OPENS = ("open", "io.open", "gzip.open", "bz2.open", "lzma.open", "codecs.open")
+
+
+def _opened_in(scope: cst.CSTNode, name: str) -> bool:
+    """``name`` is bound in ``scope`` to an opened file: ``with open(...) as name`` or
+    ``name = open(...)`` (also ``path.open(...)``)."""
+    for node in walk(scope):
+        if isinstance(node, cst.WithItem) and node.asname is not None:
+            bound, value = node.asname.name, node.item
+        elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+            bound, value = node.targets[0].target, node.value
+        else:
+            continue
+        if name in target_names(bound) and isinstance(value, cst.Call) and _opens(value):
+            return True
+    return False
+
+
+def _opens(call: cst.Call) -> bool:
+    name = dotted(call.func) or ""
+    return name in _OPENS or name.endswith(".open")
 
 
 def _stores_in_a_container(small: cst.CSTNode, local: set[str]) -> bool:

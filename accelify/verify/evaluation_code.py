@@ -125,7 +125,7 @@ def _read_module(script: ScriptModel, module: str, found: _Found, result: CheckR
         found.one_shard += [place(line) for line in at]
         header = script.module.code_for_node(loop).splitlines()[0].strip()
         sharded = facts.flow.over_prepared_loader(evaluation.loop)
-        left = _kept_ungathered(evaluation) if sharded and not at else None
+        left = _kept_ungathered(evaluation, script) if sharded and not at else None
         if left is not None:
             at = [script.line(left)]
             found.one_shard.append(place(at[0]))
@@ -159,7 +159,7 @@ def _read_module(script: ScriptModel, module: str, found: _Found, result: CheckR
     found.loops += len(loops)
 
 
-def _kept_ungathered(evaluation: Evaluation) -> cst.CSTNode | None:
+def _kept_ungathered(evaluation: Evaluation, script: ScriptModel) -> cst.CSTNode | None:
     """The first row a loop over a prepared loader writes to a file per batch
     (``w.writerow(...)``) while nothing in the loop gathers it: read as the conversion reads
     it (`evaluation.written_rows`), where ACC403 reads totals and lists only. A row written
@@ -169,7 +169,7 @@ def _kept_ungathered(evaluation: Evaluation) -> cst.CSTNode | None:
 
     if evaluation.already_gathered:
         return None
-    return next(iter(written_rows(evaluation)), None)
+    return next(iter(written_rows(evaluation, script)), None)
 
 
 def _and_modules(labels: list[str]) -> str:
