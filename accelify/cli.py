@@ -99,7 +99,12 @@ def main() -> None:
     show_default=True,
     help="Convert files in parallel.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Only errors and the final count.")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Only errors and the final count (with --check: errors and the files that would change).",
+)
 @color_option
 def convert(
     paths: tuple[Path, ...],

@@ -1042,6 +1042,32 @@ def test_a_rank_that_raised_first_gives_its_exception_exit_code_though_the_agent
     assert "rank 0 failed first" in text
 
 
+def test_ranks_that_all_exit_2_from_argument_parsing_are_said_once_without_tracebacks(tmp_path):
+    """``launch -n 2 fail.py --bogus``: argparse prints its usage on each rank and raises
+    SystemExit(2) in its own code (no exit record: not the script's own sys.exit). No rank
+    printed a traceback; "(their tracebacks are above)" sent the user looking for some."""
+    for rank in (0, 1):
+        collective_record._Recorder(tmp_path / "0", rank, skip=()).finish(LEAVING, 2)
+    text, code = outcome.failed_run({0: failure(2, 7.0), 1: failure(2, 7.0)}, tmp_path, 0)
+    assert code == 2
+    assert text == (
+        "accelify launch: every rank exited 2 (the script's argument parsing: usage above)"
+    )
+
+
+def test_ranks_that_all_call_sys_exit_before_any_collective_left_no_tracebacks(tmp_path):
+    """``sys.exit(3)`` at the top of the script on every rank: a SystemExit prints nothing, so
+    the report does not point at tracebacks above."""
+    for rank in (0, 1):
+        collective_record._Recorder(tmp_path / "0", rank, skip=()).finish(LEAVING, 3)
+    text, code = outcome.failed_run({0: failure(3, 7.0), 1: failure(3, 7.0)}, tmp_path, 0)
+    assert code == 3
+    assert text == (
+        "accelify launch: ranks 0 and 1 each failed with exit code 3, on their own before any "
+        "collective call"
+    )
+
+
 def test_ranks_that_all_exit_before_any_collective_are_named_together(tmp_path):
     """An exception at the top of the script, before Accelerator(): each rank printed its own
     traceback and none is a victim; naming one "while its peers were still running" was false."""

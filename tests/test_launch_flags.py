@@ -315,6 +315,34 @@ def test_no_python_runs_an_executable():
         check(replace(plan, module=True), cuda_available=False)
 
 
+def test_a_missing_script_is_refused_before_torch_is_imported(monkeypatch):
+    """``launch nosuch.py`` took 5.6 s (torch's import) to say there was no such script."""
+    from accelify.runtime.launch import launcher
+
+    def torch_import() -> None:
+        raise AssertionError("the launcher went on to import torch")
+
+    monkeypatch.setattr(launcher, "_stopped_at_once", torch_import)
+    with pytest.raises(UserError, match=r"no such script: nosuch\.py"):
+        launcher.launch(replace(parsed(), script="nosuch.py"))
+
+
+def test_a_source_checkouts_root_is_refused_with_the_way_out(tmp_path, monkeypatch):
+    """From a clone's root with the wheel installed, each rank's ``python -m
+    accelify.runtime.rank_entry`` imported the clone's accelify/ folder (no runtime/ until
+    installed): three bare ModuleNotFoundErrors and "their tracebacks are above". The launcher
+    says why once, with the fix, as ``python script.py`` does."""
+    (tmp_path / "accelify").mkdir()
+    (tmp_path / "accelify" / "__init__.py").write_text("")
+    (tmp_path / "runtime").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    with pytest.raises(UserError, match=r"accelify's source folder.*pip install -e \."):
+        check(parsed(), cuda_available=False)
+    (tmp_path / "accelify" / "runtime").mkdir()  # a folder that holds the runtime is fine
+    check(parsed(), cuda_available=False)
+
+
 def test_rank_settings_reach_the_environment():
     env = runtime_settings(
         parsed("--debug", "--num_cpu_threads_per_process", "3", "--gpu_ids", "1,3").config

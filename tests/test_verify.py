@@ -223,6 +223,87 @@ def test_a_short_run_reads_the_evaluation_from_the_code():
     assert check.rows == [["30", "for x, y in eval_loader:", "ONE SHARD at line 32"]]
 
 
+def test_check_3_reads_rows_written_per_batch_as_the_conversion_does():
+    """A CSV written row by row in the loop over a prepared test loader keeps every batch's rows,
+    as a list does. The conversion gathers before the rows are made, and check 3 says so; the
+    same code without that gather (what the conversion made before) writes rank 0's shard only,
+    and check 3 said "gathers what it accumulates" and passed: it fails at the write."""
+    case = FIXTURES / "convert" / "rows_written_per_batch_to_a_csv"
+    converted = (case / "after.py").read_text()
+    check = check_evaluation_code(converted, "after.py", steps=5)
+    assert check.passed, check.verdict
+    assert [row[2] for row in check.rows] == ["gathered", "gathered"]
+    gather = "                    outputs, y = self.accelerator.gather_for_metrics((outputs, y))\n"
+    assert converted.count(gather) == 1
+    check = check_evaluation_code(converted.replace(gather, ""), "after.py", steps=5)
+    assert not check.passed
+    write = 'w.writerow([yi, int(pi[1] > 0.5), f"{pi[1]:.4f}"])'
+    line = next(n for n, text in enumerate(converted.splitlines(), 1) if write in text) - 1
+    assert check.verdict.startswith(f"FAIL: converted line {line} accumulates"), check.verdict
+    assert check.rows[1][2] == f"ONE SHARD at line {line}"
+
+
+def test_check_3_claims_no_gather_of_a_loop_that_keeps_nothing():
+    """A loop over a prepared loader that prints each batch's loss keeps nothing past the batch:
+    nothing to gather, and check 3 does not say it gathers."""
+    code = (
+        "import torch\nfrom accelify import Accelerator\n\n"
+        "accelerator = Accelerator()\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset("
+        "torch.randn(8, 4), torch.zeros(8, dtype=torch.long)), batch_size=4)\n"
+        "model, loader = accelerator.prepare(model, loader)\n"
+        "with torch.no_grad():\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        accelerator.print(loss.item())\n"
+    )
+    check = check_evaluation_code(code, "show.py", steps=5)
+    assert check.passed, check.verdict
+    assert check.rows == [["9", "for x, y in loader:", "keeps nothing past each batch"]]
+    assert check.verdict.startswith("pass: the loop at line 9 keeps nothing past each batch")
+
+
+SHARD_LOSS = FIXTURES / "verify" / "shard_loss_printed.py"
+
+
+def test_the_reviews_numbers_that_differ_on_n_ranks_are_listed():
+    """The conversion's review says the printed training loss covers one rank's shard on N
+    ranks: the check lists that line, passes (the runs cannot tell it wrong), and a PASS
+    verdict names it instead of standing unqualified."""
+    from accelify.verify.review_notes import caveat, check_rank_reviews
+
+    conversion = convert_source(SHARD_LOSS.read_bytes(), SHARD_LOSS)
+    check = check_rank_reviews(conversion.reviews, "shard_loss_printed.py", 2)
+    assert check is not None and check.passed
+    ((place, text),) = check.rows
+    assert place == "shard_loss_printed.py:21"
+    assert "on N ranks it reads about 1/N of the value" in text
+    assert check.verdict.startswith("see the review: on 2 ranks the converted script computes")
+    check.title = "check 3: " + check.title
+    assert caveat(check, 2) == (
+        "; but the conversion's review says 1 number differs on 2 ranks "
+        "(shard_loss_printed.py:21: check 3)"
+    )
+    others = [note for note in conversion.reviews if note.line != 21]
+    assert check_rank_reviews(others, "shard_loss_printed.py", 2) is None
+
+
+@pytest.mark.distributed
+def test_a_run_to_the_end_passes_naming_the_number_the_review_says_differs(tmp_path: Path):
+    """trial22's train_reg.py: its printed train_mse is about 1/N on N ranks, as the
+    conversion's review says, and `verify --to-end` said a bare PASS."""
+    result = run_accelify("verify", SHARD_LOSS, "--to-end", cwd=tmp_path)
+    assert_ok(result)
+    verdict = result.stdout.rstrip().splitlines()[-1]
+    assert verdict.startswith("verdict: PASS"), result.stdout
+    assert verdict.endswith(
+        "; but the conversion's review says 1 number differs on 2 ranks "
+        "(shard_loss_printed.py:21: check 3)"
+    ), verdict
+    assert "check 3: numbers the conversion's review says differ on N ranks" in result.stdout
+
+
 def test_check_3_says_an_unprepared_evaluation_reads_the_whole_set():
     """The converter leaves this evaluation as it is and its loader unprepared: nothing gathers
     it, and check 3 says why it still covers the set (every rank reads all of it) rather than

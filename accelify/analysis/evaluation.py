@@ -70,6 +70,10 @@ BATCH_SIZE_NAMES = ("batch_size", "bs", "batch_sz", "test_batch_size", "eval_bat
 #: A tensor's own attributes: ``outputs.data`` reads the tensor, not a field of an output.
 TENSOR_ATTRIBUTES = {"data", "shape", "T", "mT", "device", "dtype", "grad", "real", "imag"}
 SINK_METHODS = ("append", "extend", "add_batch", "update", "add", "add_")
+#: A row written per batch (``csv.writer(f).writerow(...)``, ``f.write(...)``) outlives the
+#: batch in the file, as an appended one does in a list: prepared, the file holds one rank's
+#: shard unless what is written is gathered.
+WRITE_METHODS = ("writerow", "writerows", "write")
 _SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _COMPUTATIONS = (
     cst.BinaryOperation,
@@ -180,7 +184,9 @@ def _evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     found = Evaluation(loop)
     body = list(statements(loop.node.body))
     local = _assigned_in(loop.node)
-    found.sinks = [sink for sink in body if _is_sink(sink, local)]
+    found.sinks = [
+        sink for sink in body if _is_sink(sink, local) or _writes_a_row(sink, loop, local, model)
+    ]
     if found.sinks and _feeds_training(loop, found.sinks, facts):
         return None
     forward = first_forward(loop, facts)
@@ -2655,6 +2661,56 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
             return False  # ``model = model.eval()`` hands the same object back, folds in nothing
         return target in _variables(small.value) or _fills_a_range(written)
     return False
+
+
+def written_rows(found: Evaluation, model: ScriptModel) -> list[cst.CSTNode]:
+    """The sinks of ``found`` that write a batch's rows to a file opened before the loop
+    (`_writes_a_row`): unlike a list or a total, nothing after the loop can gather them."""
+    local = _assigned_in(found.loop.node)
+    return [sink for sink in found.sinks if _writes_a_row(sink, found.loop, local, model)]
+
+
+def _writes_a_row(small: cst.CSTNode, loop: Loop, local: set[str], model: ScriptModel) -> bool:
+    """``w.writerow([y, p])`` (a csv writer's) or ``f.write(line)`` into a file opened before
+    the loop: the file keeps every batch's rows, as a list does. A file the loop opens itself
+    (``with open(f"{i}.txt") as f``) is one per batch, and a ``.write`` of anything not opened
+    as a file (``bar.write(...)`` of a tqdm bar, ``sys.stdout.write``) keeps nothing."""
+    if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+        return False
+    func = small.value.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in WRITE_METHODS):
+        return False
+    owner = root_name(func.value)
+    if owner is None or owner in local or _opened_in(loop.node.body, owner):
+        return False
+    if func.attr.value != "write":
+        return True
+    scope = model.index.enclosing_function(loop.node)
+    return isinstance(func.value, cst.Name) and _opened_in(scope or model.module, owner)
+
+
+#: Calls that open a file and hand back its object.
+_OPENS = ("open", "io.open", "gzip.open", "bz2.open", "lzma.open", "codecs.open")
+
+
+def _opened_in(scope: cst.CSTNode, name: str) -> bool:
+    """``name`` is bound in ``scope`` to an opened file: ``with open(...) as name`` or
+    ``name = open(...)`` (also ``path.open(...)``)."""
+    for node in walk(scope):
+        if isinstance(node, cst.WithItem) and node.asname is not None:
+            bound, value = node.asname.name, node.item
+        elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+            bound, value = node.targets[0].target, node.value
+        else:
+            continue
+        if name in target_names(bound) and isinstance(value, cst.Call) and _opens(value):
+            return True
+    return False
+
+
+def _opens(call: cst.Call) -> bool:
+    name = dotted(call.func) or ""
+    return name in _OPENS or name.endswith(".open")
 
 
 def _stores_in_a_container(small: cst.CSTNode, local: set[str]) -> bool:

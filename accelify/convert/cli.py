@@ -59,7 +59,8 @@ def run_convert(
         _show(result, show_diff, quiet, color)
         if result.changed and (write_files or output is not None):
             write(result, output)
-    _final_line(results, changed, errors, write_files or output is not None, check)
+    if not (check and quiet):  # as `ruff format --check --quiet`: the files' lines only
+        _final_line(results, changed, errors, write_files or output is not None, check)
     if errors:
         return 2
     return 1 if check and changed else 0

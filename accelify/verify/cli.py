@@ -6,6 +6,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,8 +15,12 @@ from accelify.verify.checks import CheckResult, check_equivalence, check_ranks, 
 from accelify.verify.evaluation_code import check_evaluation_code, training_cache_lines
 from accelify.verify.records import PROBE_FAILED
 from accelify.verify.report import nearest_changes, render_json, render_text
+from accelify.verify.review_notes import caveat, check_rank_reviews
 from accelify.verify.runs import Run, RunSettings, start_runs, stop_all
 from accelify.verify.shared_files_code import check_shared_files_code
+
+if TYPE_CHECKING:
+    from accelify.edits.plan import Note
 
 MIXED_PRECISION = re.compile(r"mixed_precision\s*=\s*['\"](bf16|fp16)['\"]")
 MIXED_PRECISION_ATOL = 1e-2
@@ -33,7 +38,11 @@ def run_verify(
     script_args: tuple[str, ...],
 ) -> int:
     original_code = _read(original)
-    converted_code = _read(converted) if converted is not None else _convert(original)
+    reviews: list[Note] = []  # the conversion's, when verify converts it itself
+    if converted is not None:
+        converted_code = _read(converted)
+    else:
+        converted_code, reviews = _convert(original)
     if atol is None:
         added = MIXED_PRECISION.search(converted_code) and not MIXED_PRECISION.search(original_code)
         atol = MIXED_PRECISION_ATOL if added else 0.0
@@ -104,9 +113,14 @@ def run_verify(
     shared = check_shared_files_code(converted_code, str(converted or original))
     if shared is not None:
         checks.append(shared)
+    reviewed = check_rank_reviews(reviews, original.name, processes)
+    if reviewed is not None:
+        checks.append(reviewed)
     numbered(checks)
     passed = all(check.passed for check in checks)
     verdict = _verdict(passed, checks, processes, evaluation_read)
+    if passed:
+        verdict += caveat(reviewed, processes)
     if as_json:
         click.echo(render_json(checks, verdict, passed))
     else:
@@ -125,7 +139,8 @@ def _read(path: Path) -> str:
         raise UserError(f"not UTF-8: {error.reason}", str(path)) from None
 
 
-def _convert(original: Path) -> str:
+def _convert(original: Path) -> tuple[str, list[Note]]:
+    """The conversion's code, and its review lines."""
     from accelify.convert.conversion import convert_source
 
     conversion = convert_source(original.read_bytes(), original)
@@ -139,7 +154,7 @@ def _convert(original: Path) -> str:
         )
     if conversion.skipped:
         raise UserError(f"nothing to verify: {conversion.skipped}", str(original))
-    return conversion.converted.decode("utf-8")
+    return conversion.converted.decode("utf-8"), list(conversion.reviews)
 
 
 #: What a checkpoint the script may resume from is saved as.

@@ -20,10 +20,14 @@ from accelify.verify.checks import CheckResult
 if TYPE_CHECKING:
     import libcst as cst
 
+    from accelify.analysis.evaluation import Evaluation
     from accelify.analysis.facts import Facts
     from accelify.analysis.script_model import ScriptModel
     from accelify.analysis.shared_loops import SharedLoopEvaluation
 
+#: A loop over a prepared loader that runs the model and folds nothing into a metric, a list
+#: or a file (a per-batch print): nothing to gather, and no claim that it gathers.
+KEEPS_NOTHING = "keeps nothing past each batch"
 TITLE = "evaluation, read from the converted code (the runs stopped after {steps} steps)"
 
 
@@ -75,10 +79,8 @@ def check_evaluation_code(
         )
     else:
         result.passed = True
-        result.verdict = (
-            f"pass: {_covered(result.rows, found.whole)} (read from the code, not run: "
-            "`--to-end` runs it)"
-        )
+        covered = _covered(result.rows, found.whole, found.nothing_kept)
+        result.verdict = f"pass: {covered} (read from the code, not run: `--to-end` runs it)"
     return result
 
 
@@ -91,6 +93,7 @@ class _Found:
     one_shard: list[str] = field(default_factory=list)
     every_rank: list[str] = field(default_factory=list)
     whole: list[str] = field(default_factory=list)  # rows' first cells
+    nothing_kept: list[str] = field(default_factory=list)
 
 
 def _read_module(script: ScriptModel, module: str, found: _Found, result: CheckResult) -> None:
@@ -121,13 +124,21 @@ def _read_module(script: ScriptModel, module: str, found: _Found, result: CheckR
         at = [f.line for f in findings if first <= f.line <= last]
         found.one_shard += [place(line) for line in at]
         header = script.module.code_for_node(loop).splitlines()[0].strip()
+        sharded = facts.flow.over_prepared_loader(evaluation.loop)
+        left = _kept_ungathered(evaluation, script) if sharded and not at else None
+        if left is not None:
+            at = [script.line(left)]
+            found.one_shard.append(place(at[0]))
         if at:
             verdict = f"ONE SHARD at line {at[0]}"
         elif first in combined:
             found.every_rank.append(place(first))
             verdict = "WHOLE SET ON EVERY RANK"
-        elif evaluation.already_gathered or facts.flow.over_prepared_loader(evaluation.loop):
-            verdict = "gathered"
+        elif evaluation.already_gathered or sharded:
+            kept = bool(evaluation.sinks) or evaluation.already_gathered
+            verdict = "gathered" if kept else KEEPS_NOTHING
+            if not kept:
+                found.nothing_kept.append(cell(first))
         else:  # nothing to gather: the loop reads a loader no prepare call shards
             verdict = "whole set: its loader is not prepared"
             found.whole.append(cell(first))
@@ -146,6 +157,19 @@ def _read_module(script: ScriptModel, module: str, found: _Found, result: CheckR
             found.whole.append(cell(first))
         result.rows.append([cell(first), header, verdict])
     found.loops += len(loops)
+
+
+def _kept_ungathered(evaluation: Evaluation, script: ScriptModel) -> cst.CSTNode | None:
+    """The first row a loop over a prepared loader writes to a file per batch
+    (``w.writerow(...)``) while nothing in the loop gathers it: read as the conversion reads
+    it (`evaluation.written_rows`), where ACC403 reads totals and lists only. A row written
+    is past gathering: no caller can gather it afterwards, so the file holds one rank's
+    shard."""
+    from accelify.analysis.evaluation import written_rows
+
+    if evaluation.already_gathered:
+        return None
+    return next(iter(written_rows(evaluation, script)), None)
 
 
 def _and_modules(labels: list[str]) -> str:
@@ -171,10 +195,10 @@ def _shared_loop_evaluations(facts: Facts, loops: list[cst.CSTNode]) -> list[Sha
     return found
 
 
-def _covered(rows: list[list[str]], whole: list[str]) -> str:
+def _covered(rows: list[list[str]], whole: list[str], nothing_kept: list[str]) -> str:
     """Why each evaluation covers the whole set: it gathers, or every rank reads all of its
-    loader (left unprepared)."""
-    gathered = [row[0] for row in rows if row[0] not in whole]
+    loader (left unprepared); or why it has nothing to cover (it keeps no batch's values)."""
+    gathered = [row[0] for row in rows if row[0] not in whole and row[0] not in nothing_kept]
     parts = []
     if gathered:
         gathers = "gathers what it accumulates"
@@ -186,6 +210,12 @@ def _covered(rows: list[list[str]], whole: list[str]) -> str:
         parts.append(
             f"the evaluation {_loops(whole)} {reads} no prepare call shards: every rank "
             "evaluates the whole set"
+        )
+    if nothing_kept:
+        keeps = "keep" if len(nothing_kept) > 1 else "keeps"
+        parts.append(
+            f"the {_loops(nothing_kept)} {keeps} nothing past each batch (no total, list or "
+            "file to gather)"
         )
     return "; ".join(parts)
 

@@ -99,9 +99,9 @@ def selected_gpus(config: LaunchConfig) -> list[str]:
 _TEE = re.compile(r"[0-3]|\d+:[0-3](,\d+:[0-3])*")
 
 
-def check(plan: LaunchPlan, cuda_available: bool) -> None:
-    """Refuse, before any rank starts, what the runtime would refuse on every rank."""
-    config = plan.config
+def check_what_runs(plan: LaunchPlan) -> None:
+    """Refuse a script that cannot start before torch is imported (seconds on a loaded machine):
+    ``launch nosuch.py`` took 5.6 s to say there was no such file."""
     if plan.module and plan.no_python:
         raise UserError("--module and --no-python contradict each other: give one")
     if plan.no_python:
@@ -109,6 +109,19 @@ def check(plan: LaunchPlan, cuda_available: bool) -> None:
             raise UserError(f"no such executable: {plan.script}")
     elif not plan.module:
         _check_script(Path(plan.script))
+    if not plan.no_python:
+        _check_runtime_importable(Path.cwd())
+
+
+def check(plan: LaunchPlan, cuda_available: bool) -> None:
+    """Refuse, before any rank starts, what the runtime would refuse on every rank."""
+    check_what_runs(plan)
+    check_settings(plan, cuda_available)
+
+
+def check_settings(plan: LaunchPlan, cuda_available: bool) -> None:
+    """`check`'s part that needs torch (whether CUDA is there)."""
+    config = plan.config
     on_cpu = config.use_cpu or not cuda_available
     gpus = selected_gpus(config)
     if gpus and on_cpu:
@@ -257,6 +270,30 @@ def runtime_settings(config: LaunchConfig) -> LaunchSettings:
     )
 
 
+def _check_runtime_importable(folder: Path) -> None:
+    """Each rank starts as ``python -m accelify.runtime.rank_entry`` in ``folder``, which then
+    comes first on its path: from a source checkout's root the checkout's ``accelify/`` folder,
+    which holds no ``runtime/`` until installed, is imported instead of the installed package.
+    Every rank printed a bare ModuleNotFoundError (``accelify.runtime``) and the launcher said
+    "their tracebacks are above"; ``python script.py`` says why (`accelify._explain`)."""
+    import accelify
+
+    if sys.flags.safe_path or os.environ.get("PYTHONSAFEPATH"):
+        return  # the ranks' Python leaves the working directory off its path
+    shadow = folder / "accelify"
+    installed = Path(accelify.__file__).resolve().parent
+    if not (shadow / "__init__.py").is_file() or shadow.resolve() == installed:
+        return
+    if (shadow / "runtime").is_dir():
+        return
+    raise UserError(
+        f"{shadow} is accelify's source folder: the ranks start in {folder}, where it would be "
+        "imported instead of the installed package and has no runtime/ (each rank would fail "
+        "with ModuleNotFoundError: No module named 'accelify.runtime'): install the checkout "
+        "with `pip install -e .`, or launch from another directory"
+    )
+
+
 def _check_script(script: Path) -> None:
     """A script that cannot start is said once, here, with its line: each rank would print the
     same SyntaxError and the run would end with a report about rank 0 and its peers."""
@@ -327,6 +364,7 @@ def _findable(name: str, script: Path) -> bool:
 
 def launch(plan: LaunchPlan) -> int:
     """Run the plan; returns the exit code (the failed rank's, 128 + N for signal N, or 0)."""
+    check_what_runs(plan)
     with _stopped_at_once():
         import torch
         from torch.distributed import DistNetworkError
@@ -335,7 +373,7 @@ def launch(plan: LaunchPlan) -> int:
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     cuda_available = torch.cuda.is_available()
-    check(plan, cuda_available)
+    check_settings(plan, cuda_available)
     processes = plan.config.num_processes
     if processes is None:
         processes = 1 if plan.config.use_cpu else max(torch.cuda.device_count(), 1)

@@ -90,7 +90,10 @@ def failed_run(
     if exited:
         rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
         if len(exited) > 1 and not any(state.sequence for state in states.values()):
-            return _all_exited(exited_with, first=rank)
+            parsed = _all_left_parsing_arguments(exited_with, states, records, attempt)
+            if parsed is not None:
+                return parsed
+            return _all_exited(exited_with, first=rank, states=states)
         frames = _crash_frames(records, attempt, rank, exited_with[rank])
         crash = _crash_place(frames) or _exit_call(records, attempt, rank)
         return _exited(
@@ -374,7 +377,31 @@ def _exit_call(records: Path, attempt: int, rank: int) -> str:
 _BEFORE_ANY_COLLECTIVE = "on their own before any collective call"
 
 
-def _all_exited(exited: dict[int, int], first: int) -> tuple[str, int]:
+def _all_left_parsing_arguments(
+    exited: dict[int, int], states: dict[int, Record], records: Path, attempt: int
+) -> tuple[str, int] | None:
+    """Every rank left through ``SystemExit(2)`` raised outside the script's own code, before
+    any collective: argparse's (or click's) usage error, which printed the usage on each rank
+    and no traceback (`failure_record.record_exit` records a ``sys.exit`` of the script's own,
+    not a library's). "Each failed with exit code 2 (their tracebacks are above)" sent the user
+    looking for tracebacks there were none of."""
+    directory = collective_record.attempt_directory(records, attempt)
+    if set(exited.values()) != {2} or not _all_left(exited, states):
+        return None
+    if any(exit_place(directory, rank) is not None for rank in exited):
+        return None  # the script's own sys.exit(2): the report names its line
+    return f"{PREFIX} every rank exited 2 (the script's argument parsing: usage above)", 2
+
+
+def _all_left(exited: dict[int, int], states: dict[int, Record]) -> bool:
+    """Every rank of ``exited`` recorded that it was leaving through ``SystemExit`` (no
+    exception of its own, so no traceback printed)."""
+    return all(
+        (state := states.get(rank)) is not None and state.state == LEAVING for rank in exited
+    )
+
+
+def _all_exited(exited: dict[int, int], first: int, states: dict[int, Record]) -> tuple[str, int]:
     """Several ranks ended on their own (``exited``: rank -> the code each left with) before
     any collective call (an exception at the top of the script, or after ``Accelerator()`` but
     before its first collective, or a ``sys.exit`` there): each printed its traceback, none is
@@ -393,7 +420,7 @@ def _all_exited(exited: dict[int, int], first: int) -> tuple[str, int]:
     else:
         each = ", ".join(f"rank {r} {describe_exit(code)}" for r, code in sorted(exited.items()))
         lines = [f"{PREFIX} {each}, {_BEFORE_ANY_COLLECTIVE}"]
-    if any(code > 0 for code in exited.values()):
+    if any(code > 0 for code in exited.values()) and not _all_left(exited, states):
         lines[0] += " (their tracebacks are above)"
     return "\n".join(lines), _exit_code(exited[first])
 
