@@ -24,6 +24,7 @@ from accelify.analysis.syntax import (
     keyword_argument,
     walk,
 )
+from accelify.analysis.wrapped_loaders import handed_wrapped, wrapped_at
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -337,6 +338,40 @@ _ONE_CYCLE = (
 )
 
 
+#: the Jovian notebooks' loaders: wrapped in a class of the file that moves each batch to the
+#: device, then handed to a fit function that prepares the model and the optimizer and steps a
+#: OneCycleLR over the whole training loader ({prepared}: the line above the wrap)
+_DEVICE_WRAPPED_FIT = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from torch.utils.data import DataLoader, TensorDataset\n\n"
+    "accelerator = Accelerator()\n\n\n"
+    "class DeviceDataLoader:\n"
+    "    def __init__(self, dl, device):\n"
+    "        self.dl, self.device = dl, device\n\n"
+    "    def __iter__(self):\n"
+    "        for x, y in self.dl:\n"
+    "            yield x.to(self.device), y.to(self.device)\n\n"
+    "    def __len__(self):\n"
+    "        return len(self.dl)\n\n\n"
+    "def fit_one_cycle(epochs, model, train_loader):\n"
+    "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+    "    sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, epochs=epochs, "
+    "steps_per_epoch=len(train_loader))\n"
+    "    for epoch in range(epochs):\n"
+    "        for x, y in train_loader:\n"
+    "            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))\n"
+    "            optimizer.step()\n"
+    "            optimizer.zero_grad()\n"
+    "            sched.step()\n\n\n"
+    "train_dl = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)\n"
+    "{prepared}"
+    "train_dl = DeviceDataLoader(train_dl, accelerator.device)\n"
+    "fit_one_cycle(2, torch.nn.Linear(4, 1), train_dl)\n"
+)
+
+
 class UnpreparedObject(Rule):
     """A DataLoader, a trained model, its optimizer or a per-step LR scheduler that the training
     loop uses without it having gone through ``accelerator.prepare`` (or under its old name after
@@ -392,6 +427,9 @@ class UnpreparedObject(Rule):
     message = "Pass this to accelerator.prepare and use what it returns"
     why = "Unprepared loaders are not sharded and unprepared models are not synchronised."
     bad = (
+        # a loader a class of the file wraps: prepared before the wrap, or not at all (its
+        # scheduler, stepped over the whole loader, rightly left out)
+        Example(_DEVICE_WRAPPED_FIT.format(prepared=""), 34, 41),
         # the gather of an evaluation over an unprepared loader: N copies of every sample
         Example(_GATHERED_EVALUATION.format(data="eval_set"), 15, 13),
         # the test loader made by the call that made the prepared training loader
@@ -674,6 +712,8 @@ class UnpreparedObject(Rule):
         Example(_CAPPED_BATCHES.format(total="num_training_steps = 1250\n"), 18, 9),
     )
     good = (
+        # ... prepared before the wrap: sharded, the scheduler sized by its shard's length
+        _DEVICE_WRAPPED_FIT.format(prepared="train_dl = accelerator.prepare(train_dl)\n"),
         # ... prepared before the evaluation gathers over it, the labels gathered beside
         _FACTORY_LOADERS.replace(
             "        preds, trues = [], []\n",
@@ -1458,7 +1498,7 @@ class UnpreparedObject(Rule):
                 and not sharded_by_its_sampler(script, source)
                 and not _split_by_rank(script, source)
             ):
-                message = _message("DataLoader", source, "sharded")
+                message = _loader_message(script, source, loop.node)
                 whole = _dict_prepared_whole(script, source)
                 if whole is not None:
                     message = _dict_message(script, whole, source, loop)
@@ -1688,7 +1728,7 @@ class UnpreparedObject(Rule):
                 yield self.finding(
                     script,
                     argument.value,
-                    message=_message("DataLoader", name, "sharded")
+                    message=_loader_message(script, name, argument)
                     + f" (the loop at line {script.line(loop.node)} reads it)",
                 )
 
@@ -2049,11 +2089,26 @@ def _stepped_over_whole_data(script: ScriptModel, step: cst.Call) -> bool:
         (loop for loop in reversed(script.loops) if loop.trains and script.inside(step, loop.node)),
         None,
     )
-    if loop is None or loop.iterable is None or "." not in loop.iterable:
+    if loop is None or loop.iterable is None:
         return False
-    if loop.iterable in script.names_of(Kind.DATALOADER):
+    if _reads_a_wrapped_loader(script, loop):
+        return True
+    if "." not in loop.iterable or loop.iterable in script.names_of(Kind.DATALOADER):
         return False
     return not flow.over_prepared_loader(loop)
+
+
+def _reads_a_wrapped_loader(script: ScriptModel, loop: Loop) -> bool:
+    """The loop reads a loader wrapped in an object of the file's own (`wrapped_loaders`), here
+    or by a caller that hands it in: prepare hands such a wrapper back whole, so the convert step
+    leaves the loader and the schedulers stepped over it unprepared."""
+    if wrapped_at(script, loop.iterable, loop.node) is not None:
+        return True
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(loop.node)
+    if function is None or loop.iterable not in facts.flow.params.get(function, {}):
+        return False
+    return handed_wrapped(script, facts.flow, function, loop.iterable) is not None
 
 
 def _accumulate_around(script: ScriptModel, step: cst.Call) -> str | None:
@@ -2332,6 +2387,19 @@ def _whole_loader_message(script: ScriptModel, name: str | None, length: cst.Cal
             f"step, build it after prepare from the prepared len({loader}) instead"
         )
     return message
+
+
+def _loader_message(script: ScriptModel, name: str | None, at: cst.CSTNode) -> str:
+    """A loader wrapped in an object of the file's own before ``at`` (`wrapped_at`) is prepared
+    before it is wrapped: ``prepare`` would hand the wrapper back unsharded."""
+    wrap = wrapped_at(script, name, at)
+    if wrap is None:
+        return _message("DataLoader", name, "sharded")
+    return (
+        f"Prepare DataLoader `{name}` before line {script.line(wrap)} wraps it in "
+        f"{dotted(wrap.value.func)} (accelerator.prepare hands that wrapper back as it is) and "  # type: ignore[attr-defined]
+        "use what it returns: unprepared, it is not sharded"
+    )
 
 
 def _message(what: str, name: str | None, effect: str) -> str:

@@ -2392,3 +2392,28 @@ def test_a_dict_of_loaders_an_engine_prepares_itself_is_named_in_the_drivers_not
         b"        self.model = self.accelerator.prepare(model)\n"
     )
     assert prepared_by_hand(engine, "engine.py") == ["self.loaders", "model"]
+
+
+NAMED_IN_AN_ANNOTATION = (
+    FIXTURES / "projects" / "trainer_module_whose_class_the_driver_names_in_an_annotation"
+)
+
+
+def test_a_driver_that_names_a_class_of_its_trainer_module_in_an_annotation_converts_with_it(
+    tmp_path: Path,
+):
+    """realconv40 (/tmp/realconv40/metric_trainer): ``def log_metrics(metrics: EpochMetrics)``
+    reads the trainer module's dataclass in an annotation only, the same class in the combined
+    script; the two were left unconverted with "the two do not combine into one script"."""
+    project = tmp_path / "project"
+    shutil.copytree(NAMED_IN_AN_ANNOTATION, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    trainer, train = results["trainer.py"], results["train.py"]
+    assert trainer.prepared == ["self.model", "self.optimizer", "train_loader", "val_loader"]
+    code = trainer.converted.decode()
+    assert "self.accelerator.backward(loss)" in code
+    assert "outputs, y = self.accelerator.gather_for_metrics((outputs, y))" in code
+    driver = train.converted.decode()
+    assert "from trainer import EpochMetrics, Trainer\n" in driver
+    assert "def log_metrics(metrics: EpochMetrics) -> None:\n    PartialState().print(" in driver
+    assert not trainer.reviews and not train.reviews

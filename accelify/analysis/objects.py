@@ -694,7 +694,7 @@ def _receive(
                 name = dotted(target)
                 if kind is None or not name or not name.startswith("self."):
                     continue
-                if (name, id(function)) not in known:
+                if (name, id(function)) not in known or _only_wrapped(model, name, function):
                     added += bind(
                         model, name, kind, function, assign, known, received=True, value=value
                     )
@@ -721,6 +721,15 @@ def _names_loaders(
             for element in value.elements
         )
     )
+
+
+def _only_wrapped(model: ScriptModel, name: str, function: cst.FunctionDef) -> bool:
+    """``self.model = model`` then ``self.model = nn.DataParallel(self.model)`` (under a
+    condition) in one constructor: the attribute is known by its wrapper alone, while it holds
+    the model it received wherever the wrapping did not run (and, once the conversion removes
+    the wrapping, everywhere). A model binding of its own keeps its reads models."""
+    kinds = {b.kind for b in model.bindings if b.name == name and b.scope is function}
+    return kinds == {Kind.WRAPPER}
 
 
 def _keep_locals(model: ScriptModel, known: set[tuple[str, int]]) -> int:

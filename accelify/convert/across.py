@@ -489,8 +489,15 @@ def _only_called(
     """Every use of the imported names is the function of a call (``f(...)``, or
     ``engine.f(...)`` of a function of the engine), or a base of a class of the driver's own
     body (``class ClassifierTrainer(BaseTrainer)``: in the combined script the same class,
-    defined below): nothing handed on or rebound."""
+    defined below), or a type annotation (``def log(metrics: TrainingMetrics)``: it only
+    reads the name, the same class in the combined script): nothing handed on or rebound."""
     funcs = {id(node.func) for node in walk(driver) if isinstance(node, cst.Call)}
+    annotated = {
+        id(inner)
+        for node in walk(driver)
+        if isinstance(node, cst.Annotation)
+        for inner in walk(node.annotation)
+    }
     funcs |= {  # ``class Mine(BaseTrainer)``, ``class Mine(engine.BaseTrainer)``
         id(base.value)
         for cls in driver.body
@@ -508,7 +515,7 @@ def _only_called(
             and isinstance(node.value, cst.Name)
             and node.value.value == module_name
         ):
-            if id(node) not in funcs or node.attr.value not in functions:
+            if id(node) not in funcs | annotated or node.attr.value not in functions:
                 return False
             attrs |= {id(node.value), id(node.attr)}
     for node in walk(driver):
@@ -518,7 +525,7 @@ def _only_called(
             continue
         if module_name and node.value == module_name:
             return False
-        if not module_name and node.value in used and id(node) not in funcs:
+        if not module_name and node.value in used and id(node) not in funcs | annotated:
             return False
         if module_name and node.value in functions:
             return False  # the driver has a name of its own the engine's function would shadow

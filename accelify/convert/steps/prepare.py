@@ -55,6 +55,7 @@ from accelify.analysis.syntax import (
     target_names,
     walk,
 )
+from accelify.analysis.wrapped_loaders import handed_wrapped, wraps
 from accelify.analysis.writing_helpers import BINDS, MUTATORS
 from accelify.convert.steps import handed_accelerator, shard_lengths
 from accelify.convert.steps.context import Context, star_imported_from_the_project
@@ -144,15 +145,17 @@ def run(ctx: Context, scope: Scope) -> None:
         for name in (kept[n] for n in received if n in kept):
             # prepared after the line that binds the attribute, wherever that stands
             created[name] = _attribute_index(ctx, scope, name)
-    for name, wrap in _wrapped_loaders(ctx, scope, chosen).items():
+    wrapped = {**_wrapped_loaders(ctx, scope, chosen), **_handed_wrapped(ctx, scope, chosen)}
+    for name, wrap in wrapped.items():
         chosen.pop(name)
         created.pop(name, None)
         ctx.plan.review(
             ctx.line(wrap),
-            f"{name} is wrapped in {dotted(wrap.value.func)} (a class of this file) before it "  # type: ignore[attr-defined]
-            "could be prepared: prepare would hand the wrapper back untouched, so it is left "
-            "unprepared and every rank reads all of it (correct, not data-parallel); prepare "
-            "the DataLoader before wrapping it (and gather its evaluation's results)",
+            f"{_wrapped_name(wrap, name)} is wrapped in {dotted(wrap.value.func)} (a class of "  # type: ignore[attr-defined]
+            "this file) before it could be prepared: prepare would hand the wrapper back "
+            "untouched, so it is left unprepared and every rank reads all of it (correct, not "
+            "data-parallel); prepare the DataLoader before wrapping it (and gather its "
+            "evaluation's results)",
         )
     for name, sampler in _sharded_by_own_samplers(ctx, scope, chosen).items():
         chosen.pop(name)
@@ -163,6 +166,16 @@ def run(ctx: Context, scope: Scope) -> None:
             f"{name} is sharded by its own sampler ({sampler.name.value}, a class of this file "
             "handed the rank): left out of prepare, which would shard it again (each rank "
             "reading 1/N of its part); its batches stay where the script puts them",
+        )
+    for name, loop in _stepped_over_whole_loaders(ctx, chosen, set(wrapped)).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.plan.change(
+            ctx.line(loop),
+            f"{name} is stepped in a loop over {loop_source(loop.iter)}, which is left unprepared "
+            "and read whole by every rank: left unprepared, so it steps once per optimizer step "
+            "as on one process (prepared, it would step once per rank at each call and end its "
+            "schedule N times too soon)",
         )
     untrained = _untrained_models(ctx, scope, chosen, aliases)
     parts = _parts_of_other_models(ctx, scope, chosen, untrained)
@@ -705,12 +718,60 @@ def _wrapped_loaders(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dic
         name = dotted(assigned_targets(assign)[0])
         if chosen.get(name or "") is not Kind.DATALOADER or not isinstance(value, cst.Call):
             continue
-        wrapper = dotted(value.func)
-        if wrapper not in ctx.model.classes or wrapper in ctx.model.module_classes:
-            continue
-        if any(dotted(argument.value) == name for argument in value.args):
+        if wraps(ctx.model, assign, name):  # type: ignore[arg-type]
             found.setdefault(name, assign)  # type: ignore[index]
     return found
+
+
+def _wrapped_name(wrap: cst.Assign, name: str) -> str:
+    """``train_dl`` for a loader wrapped where it is made; ``train_dl (handed in as
+    train_loader)`` for one a caller wrapped and handed in."""
+    wrapped = dotted(assigned_targets(wrap)[0])
+    return name if wrapped == name else f"{wrapped} (handed in as {name})"
+
+
+def _handed_wrapped(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dict[str, cst.Assign]:
+    """Loaders of ``chosen`` that ``scope`` receives from callers that wrapped them first
+    (`handed_wrapped`), with the caller's wrapping assignment: as `_wrapped_loaders` there."""
+    if not isinstance(scope, cst.FunctionDef):
+        return {}
+    found: dict[str, cst.Assign] = {}
+    for name, kind in ctx.facts.flow.params.get(scope, {}).items():
+        if kind is not Kind.DATALOADER or chosen.get(name) is not Kind.DATALOADER:
+            continue
+        wrap = handed_wrapped(ctx.model, ctx.facts.flow, scope, name)
+        if wrap is not None:
+            found[name] = wrap
+    return found
+
+
+def _stepped_over_whole_loaders(
+    ctx: Context, chosen: dict[str, Kind], whole: set[str]
+) -> dict[str, cst.For]:
+    """Schedulers of ``chosen`` every ``step()`` of which runs in a training loop over a loader
+    of ``whole`` (left unprepared, every rank reads all of it), by that loop: a prepared
+    scheduler steps once per rank at each call, N times the pace of the unsharded loop."""
+    if not whole:
+        return {}
+    schedulers = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER}
+    loops = {id(loop.node): loop for loop in ctx.model.loops if loop.trains}
+    found: dict[str, cst.For] = {}
+    for name in sorted(schedulers):
+        steps = [s.call for s in ctx.facts.flow.scheduler_steps(schedulers) if s.scheduler == name]
+        around = [_nearest_loop(ctx, step, loops) for step in steps]
+        if steps and all(loop is not None and loop.iterable in whole for loop in around):
+            found[name] = around[0].node  # type: ignore[union-attr]
+    return found
+
+
+def _nearest_loop(ctx: Context, node: cst.CSTNode, loops: dict[int, Loop]) -> Loop | None:
+    """The training loop nearest around ``node`` in its function."""
+    for ancestor in ctx.model.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
+            return None
+        if id(ancestor) in loops:
+            return loops[id(ancestor)]
+    return None
 
 
 def _leave_sets_with_container_models(
