@@ -13,7 +13,16 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, assert_ok, launch, launch_timed, run_accelify, run_python
+from conftest import (
+    FIXTURES,
+    _kill_group,
+    assert_ok,
+    launch,
+    launch_timed,
+    run_accelify,
+    run_python,
+    start,
+)
 
 pytestmark = pytest.mark.distributed
 RUNTIME = FIXTURES / "runtime"
@@ -188,20 +197,17 @@ def test_stopping_the_launcher_stops_every_rank_and_says_what_each_was_doing(
     # A copy of its own, as above: the tests may run at once under pytest-xdist.
     script = shutil.copy(RUNTIME / "forever.py", tmp_path / "forever.py")
     command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    process = start(command, cwd=None, env=None)  # forked from the tests' fork server
     try:
-        assert process.stdout is not None
         assert process.stdout.readline().strip() == "training", "the ranks never started"
         if group:
             os.killpg(process.pid, signum)
         else:
-            process.send_signal(signum)
+            os.kill(process.pid, signum)
         _, stderr = process.communicate(timeout=60)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        if process.returncode is None:  # not ended: stopped here, ranks and all
+            _kill_group(process.pid)
     assert process.returncode == 128 + signum
     name = signal.Signals(signum).name
     # the stop, then what each rank was doing as it came: training, in or out of a backward

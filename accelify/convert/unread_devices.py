@@ -27,6 +27,8 @@ def drop_unread_devices(
     """``module`` without the unread ``name = <accelerator>.device`` lines the conversion
     wrote, and ``changes`` with the note of each such rewrite turned into one of its removal."""
     texts = [note.text for note in changes]
+    if not any(text.endswith(".device") for text in texts):
+        return module, changes  # no device binding written: no line of the module to look at
     # a text noted once: its note is this binding's (two functions' alike are left as they are)
     written = {note.text: note for note in changes if texts.count(note.text) == 1}
     kept = set(original.decode("utf-8", errors="replace").splitlines())

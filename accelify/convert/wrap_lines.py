@@ -13,7 +13,6 @@ import re
 import libcst as cst
 
 from accelify.analysis.script_model import positions_of
-from accelify.analysis.syntax import Visitor
 
 LINE_LENGTH = 88
 INDENT = "    "
@@ -25,59 +24,74 @@ def wrap_long_lines(module: cst.Module, original: bytes) -> cst.Module:
     if not any(len(line) > LINE_LENGTH and line not in kept for line in lines):
         return module  # no new long line: no statement to wrap, no positions to compute
     # libcst's ranges from our cheaper pass (half the CPU of its PositionProvider's)
-    found = _LongCalls(positions_of(module), lines, kept)
-    module.visit(found)
-    if not found.calls:
-        return module
-    return module.visit(_Wrap(found.calls))
+    wrap = _WrapLongCalls(positions_of(module), lines, kept)
+    wrapped = module.visit(wrap)
+    return wrapped if wrap.wrapped else module
 
 
-class _LongCalls(Visitor):
-    """The outermost call of each simple statement that sits alone on a new, long line."""
+class _WrapLongCalls(cst.CSTTransformer):
+    """The outermost call of each simple statement that sits alone on a new, long line, laid
+    out anew, in one pass that enters only what can hold such a statement or is one: no
+    expression holds a statement, so the expressions of every other statement (most of the
+    tree) are left unvisited. (A visit to find the calls and a second, whole, to replace them
+    cost twice that and more.) The hooks are dispatched here, not by libcst's name lookups."""
 
     def __init__(self, positions, lines: list[str], kept: set[str]) -> None:
         self.positions = positions
         self.lines = lines
         self.kept = kept
+        #: the calls to lay out, each with its statement's indentation
         self.calls: dict[cst.Call, str] = {}
+        self.wrapped = False
         self._statement: cst.SimpleStatementLine | None = None
 
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.SimpleStatementLine):
+            self._statement = node if self._new_and_long(node) else None
+            return self._statement is not None
+        if self._statement is None:
+            return not isinstance(node, cst.BaseExpression)
+        if isinstance(node, cst.Call) and node.args:
+            self._found(node)
+            return False
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
+        if isinstance(original_node, cst.SimpleStatementLine):
+            self._statement = None
+            return updated_node
+        indent = self.calls.get(original_node) if isinstance(original_node, cst.Call) else None
+        if indent is None:
+            return updated_node
+        collapsed = _collapsed(updated_node)  # type: ignore[arg-type]
+        if collapsed is None:
+            return updated_node
+        self.wrapped = True
+        return _laid_out(collapsed, len(indent), 0)
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def _new_and_long(self, node: cst.SimpleStatementLine) -> bool:
         position = self.positions[node]
         span = self.lines[position.start.line - 1 : position.end.line]
         new_and_long = any(len(text) > LINE_LENGTH and text not in self.kept for text in span)
         if len(span) > 1 and new_and_long and not _collapsible(node):
-            new_and_long = False  # a comment or a multi-line string inside: the user's layout
-        self._statement = node if new_and_long and len(node.body) == 1 else None
+            return False  # a comment or a multi-line string inside: the user's layout
+        return new_and_long and len(node.body) == 1
 
-    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
-        self._statement = None
-
-    def visit_Call(self, node: cst.Call) -> bool:
-        if self._statement is None or not node.args:
-            return True
+    def _found(self, node: cst.Call) -> None:
+        """``node``, a call with arguments and none of the calls around it, when it is the call
+        the statement's line breaks are in (the statement's outermost one)."""
         position = self.positions[self._statement]
         if position.start.line != position.end.line and "\n" not in _code(node):
-            return False  # not the call the user's line breaks are in
+            return  # not the call the user's line breaks are in
         text = self.lines[position.start.line - 1]
-        indent = text[: len(text) - len(text.lstrip())]
-        self.calls[node] = indent
+        self.calls[node] = text[: len(text) - len(text.lstrip())]
         self._statement = None  # the outermost call only
-        return False
-
-
-class _Wrap(cst.CSTTransformer):
-    def __init__(self, calls: dict[cst.Call, str]) -> None:
-        self.calls = calls
-
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        indent = self.calls.get(original_node)
-        if indent is None:
-            return updated_node
-        collapsed = _collapsed(updated_node)
-        if collapsed is None:
-            return updated_node
-        return _laid_out(collapsed, len(indent), 0)
 
 
 #: What `_split` lays out: a call's arguments, a dict's or a list's elements.
