@@ -242,6 +242,15 @@ class PerEpochSchedulerPrepared(Rule):
             9,
             98,
         ),
+        Example(  # the same trainer with its epoch loop in fit()
+            _TRAINER.replace("        self.scheduler.step()\n", "")
+            + "\n    def fit(self, epochs):\n"
+            + "        for epoch in range(epochs):\n"
+            + "            self.epoch()\n"
+            + "            self.scheduler.step()\n",
+            9,
+            98,
+        ),
     )
     good = (
         # the same trainer, its Accelerator stepping every prepared scheduler once per call
@@ -251,6 +260,26 @@ class PerEpochSchedulerPrepared(Rule):
             "            self.optimizer.step()\n        self.scheduler.step()\n",
             "            self.optimizer.step()\n            self.scheduler.step()\n",
         ),
+        # the trainer's own epoch loop steps the optimizer beside the batches (once per pass):
+        # the scheduler steps with it
+        _TRAINER.replace("        self.scheduler.step()\n", "")
+        + "\n    def fit(self, epochs):\n"
+        + "        for epoch in range(epochs):\n"
+        + "            for batch in self.loader:\n"
+        + "                self.accelerator.backward(self.model(batch).sum())\n"
+        + "            self.optimizer.step()\n"
+        + "            self.scheduler.step()\n",
+        # ... or in a helper that runs no loop over batches
+        _TRAINER.replace("        self.scheduler.step()\n", "").replace(
+            "            self.optimizer.step()\n", ""
+        )
+        + "\n    def update(self):\n"
+        + "        self.optimizer.step()\n"
+        + "\n    def fit(self, epochs):\n"
+        + "        for epoch in range(epochs):\n"
+        + "            self.epoch()\n"
+        + "            self.update()\n"
+        + "            self.scheduler.step()\n",
         # a pass that may stop early: the step is not once per epoch
         _TRAINER.replace(
             "            self.optimizer.step()\n",
@@ -386,7 +415,7 @@ class PerEpochSchedulerPrepared(Rule):
                 continue
             if any(
                 flow.epoch_loop(step) is None
-                and not (step in kept and _after_a_whole_pass(script, step.call))
+                and not (step in kept and _once_per_pass(script, step.call, kept))
                 for step in own
             ):
                 continue
@@ -505,6 +534,57 @@ def _prepared_before(script: ScriptModel, name: str, assign: cst.CSTNode) -> boo
         and script.order(prepare.call) < script.order(assign)
         for prepare in script.prepare_calls
     )
+
+
+def _once_per_pass(script: ScriptModel, step: cst.Call, kept: list[SchedulerStep]) -> bool:
+    """A kept step (`_kept_steps`) that runs once per pass over the data: in the nearest loop
+    around it that trains over batches in a loop of its own and steps nothing else beside them
+    (the flow's epoch loop, for the step the flow cannot name), or after a whole pass at the
+    end of a method called from another module (`_after_a_whole_pass`)."""
+    function = facts_of(script).placement.enclosing_function(step)
+    loop = next(
+        (
+            a
+            for a in script.ancestors(step)
+            if isinstance(a, cst.For | cst.While | cst.FunctionDef | cst.ClassDef)
+        ),
+        None,
+    )
+    if not isinstance(loop, cst.For | cst.While):
+        return _after_a_whole_pass(script, step)
+    if function is None or facts_of(script).placement.enclosing_function(loop) is not function:
+        return False
+    inner = _training_loops(script, loop)
+    ours = {id(k.call) for k in kept}
+    passes = bool(inner)
+    for node in walk(loop.body):
+        if not isinstance(node, cst.Call) or any(_within(script, node, i) for i in inner):
+            continue
+        helpers = facts_of(script).calls.targets(node)
+        if helpers:  # ``self.train_epoch()``: a whole pass, or a step beside the batches
+            if not all(_training_loops(script, helper) for helper in helpers):
+                return False
+            passes = True
+        elif (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "step"
+            and id(node) not in ours
+        ):
+            return False  # an optimizer or engine stepped per pass: the scheduler goes with it
+    return passes
+
+
+def _training_loops(script: ScriptModel, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The loops inside ``node`` that train over batches."""
+    return [
+        found.node
+        for found in script.loops
+        if found.trains and found.node is not node and _within(script, found.node, node)
+    ]
+
+
+def _within(script: ScriptModel, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+    return any(a is outer for a in script.ancestors(node))
 
 
 def _after_a_whole_pass(script: ScriptModel, step: cst.Call) -> bool:
