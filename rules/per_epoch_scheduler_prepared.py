@@ -5,12 +5,14 @@ import libcst as cst
 from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import SchedulerStep
 from accelify.analysis.objects import is_plateau_scheduler
+from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.scheduler_preparation import (
     prepared_schedulers,
     sized_by_process_count,
     steps_once_per_process,
 )
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import assigned_targets, dotted, unpacked_pairs, walk
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
 _SCRIPT = (
@@ -29,6 +31,25 @@ _EPOCHS = (
     "        accelerator.backward(loss_fn(model(x), y))\n"
     "        optimizer.step()\n"
     "        optimizer.zero_grad()\n"
+)
+
+_TRAINER = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "from torch import optim\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer, loader, scheduler: optim.lr_scheduler.LRScheduler):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        model, optimizer, loader, scheduler = self.accelerator.prepare(model, optimizer, "
+    "loader, scheduler)\n"
+    "        self.model, self.optimizer, self.loader, self.scheduler = model, optimizer, loader, "
+    "scheduler\n\n"
+    "    def epoch(self):\n"
+    "        for batch in self.loader:\n"
+    "            self.optimizer.zero_grad()\n"
+    "            self.accelerator.backward(self.model(batch).sum())\n"
+    "            self.optimizer.step()\n"
+    "        self.scheduler.step()\n"
 )
 
 
@@ -213,8 +234,57 @@ class PerEpochSchedulerPrepared(Rule):
             8,
             35,
         ),
+        # a thesis trainer (lintreal45): handed the scheduler, prepared in __init__ and kept on
+        # the instance; epoch(), called once per epoch by another module, steps it after the
+        # pass over the loader
+        Example(
+            _TRAINER,
+            9,
+            98,
+        ),
+        Example(  # the same trainer with its epoch loop in fit()
+            _TRAINER.replace("        self.scheduler.step()\n", "")
+            + "\n    def fit(self, epochs):\n"
+            + "        for epoch in range(epochs):\n"
+            + "            self.epoch()\n"
+            + "            self.scheduler.step()\n",
+            9,
+            98,
+        ),
     )
     good = (
+        # the same trainer, its Accelerator stepping every prepared scheduler once per call
+        _TRAINER.replace("Accelerator()", "Accelerator(step_scheduler_with_optimizer=False)"),
+        # the same trainer stepping the scheduler per batch, with the optimizer
+        _TRAINER.replace(
+            "            self.optimizer.step()\n        self.scheduler.step()\n",
+            "            self.optimizer.step()\n            self.scheduler.step()\n",
+        ),
+        # the trainer's own epoch loop steps the optimizer beside the batches (once per pass):
+        # the scheduler steps with it
+        _TRAINER.replace("        self.scheduler.step()\n", "")
+        + "\n    def fit(self, epochs):\n"
+        + "        for epoch in range(epochs):\n"
+        + "            for batch in self.loader:\n"
+        + "                self.accelerator.backward(self.model(batch).sum())\n"
+        + "            self.optimizer.step()\n"
+        + "            self.scheduler.step()\n",
+        # ... or in a helper that runs no loop over batches
+        _TRAINER.replace("        self.scheduler.step()\n", "").replace(
+            "            self.optimizer.step()\n", ""
+        )
+        + "\n    def update(self):\n"
+        + "        self.optimizer.step()\n"
+        + "\n    def fit(self, epochs):\n"
+        + "        for epoch in range(epochs):\n"
+        + "            self.epoch()\n"
+        + "            self.update()\n"
+        + "            self.scheduler.step()\n",
+        # a pass that may stop early: the step is not once per epoch
+        _TRAINER.replace(
+            "            self.optimizer.step()\n",
+            "            self.optimizer.step()\n            if self.done:\n                break\n",
+        ),
         # the renamed one sized for the num_processes steps each call takes
         _SCRIPT
         + "scheduler = torch.optim.lr_scheduler.StepLR(\n"
@@ -335,13 +405,19 @@ class PerEpochSchedulerPrepared(Rule):
         flow = facts_of(script).flow
         prepared = prepared_schedulers(script)
         steps = flow.scheduler_steps(set(prepared))
+        kept = _kept_steps(script, set(prepared), steps)
+        steps += kept
         per_batch = {step.scheduler for step in steps if step.per_batch}
         for name, argument in prepared.items():
             # a step per batch in one branch and per epoch in another is still a per-epoch step
             own = [step for step in steps if step.scheduler == name and not step.per_batch]
             if not own or sized_by_process_count(script, name):
                 continue
-            if any(flow.epoch_loop(step) is None for step in own):
+            if any(
+                flow.epoch_loop(step) is None
+                and not (step in kept and _once_per_pass(script, step.call, kept))
+                for step in own
+            ):
                 continue
             plateau = is_plateau_scheduler(script, name)
             repeated = [step for step in own if plateau or not step.call.args]
@@ -388,3 +464,146 @@ def _message(
             "of prepare"
         )
     return in_file_words(f"{where}: {why}; {advice}", accelerator_name(script, argument))
+
+
+def _kept_steps(
+    script: ScriptModel, prepared: set[str], found: list[SchedulerStep]
+) -> list[SchedulerStep]:
+    """``self.scheduler.step()`` where the class sets ``self.scheduler`` once, from a name
+    ``prepare`` returned in the same method, after that prepare (``model, optimizer, loader,
+    scheduler = self.accelerator.prepare(...)`` then ``self.scheduler = scheduler``): the
+    prepared scheduler under the instance's name, which the flow does not tell when
+    ``scheduler`` was a parameter of ``__init__``. Steps inside a loop over batches are left to
+    the flow."""
+    placement = facts_of(script).placement
+    known = {id(step.call) for step in found}
+    kept: list[SchedulerStep] = []
+    for call in script.calls:
+        if id(call) in known or not (
+            isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
+        ):
+            continue
+        owner = dotted(call.func.value)
+        owner_class = placement.class_of(call)
+        if owner is None or owner.count(".") != 1 or not owner.startswith("self."):
+            continue
+        if owner_class is None:
+            continue
+        source = _set_once_from(script, owner_class, owner)
+        if source is None or source[0] not in prepared:
+            continue
+        name, assign = source
+        if not _prepared_before(script, name, assign):
+            continue
+        kept.append(SchedulerStep(call, name, per_batch=False))
+    return kept
+
+
+def _set_once_from(
+    script: ScriptModel, owner: cst.ClassDef, attribute: str
+) -> tuple[str, cst.Assign] | None:
+    """The name ``self.<attribute>`` is set from, where the class sets it once, by a plain
+    (or unpacked) assignment of a name."""
+    sets: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
+    for node in walk(owner):
+        if isinstance(node, cst.AugAssign | cst.AnnAssign) and dotted(node.target) == attribute:
+            return None
+        if not isinstance(node, cst.Assign):
+            continue
+        for target in assigned_targets(node):
+            pairs = unpacked_pairs(target, node.value) or [(target, node.value)]
+            sets += [(value, node) for bound, value in pairs if dotted(bound) == attribute]
+            if any(
+                isinstance(element, cst.Element) and dotted(element.value) == attribute
+                for element in getattr(target, "elements", ())
+            ) and not unpacked_pairs(target, node.value):
+                return None  # ``self.a, self.scheduler = make()``: not a name
+    if len(sets) != 1 or not isinstance(sets[0][0], cst.Name):
+        return None
+    value, assign = sets[0]
+    return value.value, assign  # type: ignore[attr-defined, return-value]
+
+
+def _prepared_before(script: ScriptModel, name: str, assign: cst.CSTNode) -> bool:
+    """A ``prepare`` of the same function as ``assign`` binds ``name`` above it."""
+    placement = facts_of(script).placement
+    function = placement.enclosing_function(assign)
+    return any(
+        name in prepare.outputs
+        and placement.enclosing_function(prepare.call) is function
+        and script.order(prepare.call) < script.order(assign)
+        for prepare in script.prepare_calls
+    )
+
+
+def _once_per_pass(script: ScriptModel, step: cst.Call, kept: list[SchedulerStep]) -> bool:
+    """A kept step (`_kept_steps`) that runs once per pass over the data: in the nearest loop
+    around it that trains over batches in a loop of its own and steps nothing else beside them
+    (the flow's epoch loop, for the step the flow cannot name), or after a whole pass at the
+    end of a method called from another module (`_after_a_whole_pass`)."""
+    function = facts_of(script).placement.enclosing_function(step)
+    loop = next(
+        (
+            a
+            for a in script.ancestors(step)
+            if isinstance(a, cst.For | cst.While | cst.FunctionDef | cst.ClassDef)
+        ),
+        None,
+    )
+    if not isinstance(loop, cst.For | cst.While):
+        return _after_a_whole_pass(script, step)
+    if function is None or facts_of(script).placement.enclosing_function(loop) is not function:
+        return False
+    inner = _training_loops(script, loop)
+    ours = {id(k.call) for k in kept}
+    passes = bool(inner)
+    for node in walk(loop.body):
+        if not isinstance(node, cst.Call) or any(_within(script, node, i) for i in inner):
+            continue
+        helpers = facts_of(script).calls.targets(node)
+        if helpers:  # ``self.train_epoch()``: a whole pass, or a step beside the batches
+            if not all(_training_loops(script, helper) for helper in helpers):
+                return False
+            passes = True
+        elif (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "step"
+            and id(node) not in ours
+        ):
+            return False  # an optimizer or engine stepped per pass: the scheduler goes with it
+    return passes
+
+
+def _training_loops(script: ScriptModel, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The loops inside ``node`` that train over batches."""
+    return [
+        found.node
+        for found in script.loops
+        if found.trains and found.node is not node and _within(script, found.node, node)
+    ]
+
+
+def _within(script: ScriptModel, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+    return any(a is outer for a in script.ancestors(node))
+
+
+def _after_a_whole_pass(script: ScriptModel, step: cst.Call) -> bool:
+    """``step`` runs once per call of a method nothing in the file calls (a trainer's
+    ``epoch()``, called per epoch by another module), after the method's own complete loop over
+    batches that trains: once per pass over the data. A loop that may stop early (``break``)
+    or a step inside a loop or branch is not such a step."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(step)
+    if function is None or callers_of(script, facts.placement, function):
+        return False
+    statement = next((a for a in script.ancestors(step) if script.parent(a) is function.body), None)
+    if statement is None or not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    return any(
+        isinstance(loop, cst.For)
+        and script.parent(loop) is function.body
+        and script.order(loop) < script.order(step)
+        and any(found.node is loop and found.trains for found in script.loops)
+        and not any(isinstance(node, cst.Break) for node in walk(loop.body))
+        for loop in function.body.body
+    )
