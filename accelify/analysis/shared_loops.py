@@ -95,23 +95,60 @@ def _shared_loop_calls(
             continue  # ``run_epoch(*args)``: what goes where is unknown
         flag_loops.add(id(loop.node))
         for call, implicit in calls:
-            passed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
-            loader = dotted(passed.get(loop.iterable))
-            if loader is None:
-                continue
-            values = {
-                flag: _flag_value(model, call, passed.get(flag, defaults[flag]), "", "")
-                for flag in flags
-            }
-            outcomes = {_evaluate(test, values, aliases) for test in tests}
-            if outcomes == {False}:
-                evaluated.setdefault(loader, SharedLoopEvaluation(loader, loop, function, call))
-            else:
-                trained.add((loader, call))
+            handed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
+            for passed in _per_iteration(model, call, handed):
+                loader = dotted(passed.get(loop.iterable))
+                if loader is None:
+                    continue
+                values = {
+                    flag: _flag_value(model, call, passed.get(flag, defaults[flag]), "", "")
+                    for flag in flags
+                }
+                outcomes = {_evaluate(test, values, aliases) for test in tests}
+                if outcomes == {False}:
+                    evaluated.setdefault(loader, SharedLoopEvaluation(loader, loop, function, call))
+                else:
+                    trained.add((loader, call))
     for loop in model.loops:
         if loop.trains and loop.iterable is not None and id(loop.node) not in flag_loops:
             trained.add((loop.iterable, loop.node))
     return evaluated, trained
+
+
+def _per_iteration(
+    model: ScriptModel, call: cst.Call, passed: dict[str, cst.BaseExpression]
+) -> list[dict[str, cst.BaseExpression]]:
+    """The arguments of ``call`` in each pass of an enclosing ``for name, loader, opt in
+    [("train", train_loader, optimizer), ("val", val_loader, None)]:`` whose targets it hands
+    on: one mapping per element, the targets replaced by the element's values (so each loader
+    is seen with its own flag); just ``passed`` when no such loop binds what it hands."""
+    read = {v.value for v in passed.values() if isinstance(v, cst.Name)}
+    function = model.index.enclosing_function(call)
+    for ancestor in model.ancestors(call):
+        if ancestor is function:
+            break
+        if not isinstance(ancestor, cst.For) or not isinstance(ancestor.target, cst.Tuple):
+            continue
+        targets = [e.value for e in ancestor.target.elements]
+        names = [t.value for t in targets if isinstance(t, cst.Name)]
+        if len(names) != len(targets) or not read & set(names):
+            continue
+        rows = _literal_sequence(model, ancestor.iter, ancestor)
+        if rows is None:
+            return [passed]
+        unrolled = []
+        for row in rows.elements:
+            if not isinstance(row.value, cst.Tuple) or len(row.value.elements) != len(names):
+                return [passed]
+            bound = dict(zip(names, (e.value for e in row.value.elements), strict=True))
+            unrolled.append(
+                {
+                    p: bound.get(v.value, v) if isinstance(v, cst.Name) else v
+                    for p, v in passed.items()
+                }
+            )
+        return unrolled
+    return [passed]
 
 
 def _backward_tests(model: ScriptModel, loop: Loop) -> list[cst.BaseExpression]:
