@@ -96,7 +96,8 @@ def _shared_loop_calls(
         flag_loops.add(id(loop.node))
         for call, implicit in calls:
             handed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
-            for passed in _per_iteration(model, call, handed):
+            unrolled = _per_iteration(model, call, handed)
+            for passed in unrolled:
                 loader = dotted(passed.get(loop.iterable))
                 if loader is None:
                     continue
@@ -105,7 +106,9 @@ def _shared_loop_calls(
                     for flag in flags
                 }
                 outcomes = {_evaluate(test, values, aliases) for test in tests}
-                if outcomes == {False}:
+                # one call over several loaders whose flag cannot be told: it may only
+                # evaluate this one, so it is kept whole (never prepared on a guess)
+                if outcomes == {False} or (len(unrolled) > 1 and outcomes != {True}):
                     evaluated.setdefault(loader, SharedLoopEvaluation(loader, loop, function, call))
                 else:
                     trained.add((loader, call))
@@ -419,6 +422,8 @@ def _flag_value(
     binds once to one (``opt = ...; run_epoch(model, loaders[phase], opt)``)."""
     if node is None:
         return _UNKNOWN
+    if _known_value(model, node) is not _UNKNOWN:  # ``optimizer``, not what it was built by
+        return _known_value(model, node)
     node = _bound_once(model, call, node) or node
     if phase:
         chosen = _branch_for(node, phase, value)
