@@ -45,6 +45,7 @@ from accelify.analysis.shared_loops import (
     SharedLoopEvaluation,
     phase_loaders,
     shared_loop_evaluations,
+    shared_loop_trained_calls,
 )
 from accelify.analysis.side_effects import opens_for_writing, repository_path
 from accelify.analysis.step_driven_loops import step_driven_loops
@@ -83,19 +84,49 @@ class Facts:
 
     @cached_property
     def shared_loop_evaluations(self) -> dict[str, SharedLoopEvaluation]:
-        """Loaders evaluated only through a loop that trains when its flag says so."""
-        return shared_loop_evaluations(self.model)
+        """Loaders evaluated only through a loop that trains when its flag says so, by the name
+        the call hands and by the names it was made or received under (``self.val_loader``
+        and the ``val_loader`` a factory built it as); none that a training call also reaches."""
+        found = shared_loop_evaluations(self.model)
+        trained = {
+            origin
+            for call in shared_loop_trained_calls(self.model)
+            for origin in self.held_origins(call[0], call[1])
+        }
+        for name, shared in list(found.items()):
+            for origin in self.held_origins(name, shared.call) - {name}:
+                found.setdefault(origin, shared)
+        return {name: shared for name, shared in found.items() if name not in trained}
 
     @cached_property
     def phase_loaders(self) -> dict[str, PhaseLoaders]:
         """Dicts of loaders read as ``loaders[phase]`` by a loop that trains in some phases, by
-        the loop's name for the dict and by the names its callers hand in."""
+        the loop's name for the dict and by the names its callers hand in (or the attribute
+        holding it was received as)."""
         found = phase_loaders(self.model)
         for name, phases in list(found.items()):
-            for origin in self.flow.origins(name, phases.loop.node):
-                if origin is not None:
-                    found.setdefault(origin, phases)
-                    phases.names.add(origin)
+            for origin in self.held_origins(name, phases.loop.node):
+                found.setdefault(origin, phases)
+                phases.names.add(origin)
+        return found
+
+    def held_origins(self, name: str, at: cst.CSTNode) -> set[str]:
+        """The names an object read as ``name`` at ``at`` was made or received under: through
+        the helpers' parameters (`Flow.origins`) and through the attributes a constructor
+        stored it in (``self.val_loader = val_loader``: the names its callers handed)."""
+        pending = [o for o in self.flow.origins(name, at) if o is not None]
+        found: set[str] = set()
+        while pending:
+            current = pending.pop()
+            if current in found:
+                continue
+            found.add(current)
+            pending += [
+                source
+                for binding in self.model.bindings
+                if binding.name == current and binding.received
+                for source in binding.sources
+            ]
         return found
 
     @cached_property

@@ -62,11 +62,26 @@ class Placement:
         for kind in (Kind.OPTIMIZER, Kind.MODEL):
             bindings = [b for b in self.model.of_kind(kind) if not b.received]
             owned = [b for b in bindings if not self._made_for_the_caller(b)]
+            reached = [b for b in owned or bindings if not self.never_called(b.scope)]
             if owned or bindings:
-                return self._outermost_training_scope(owned or bindings)
+                return self._outermost_training_scope(reached or owned or bindings)
         if self.model.backward_calls:
             return self.model.scope_of(self.model.backward_calls[0])
         return None
+
+    def never_called(self, scope: Scope) -> bool:
+        """A top-level function nothing in the file names (nor the project's other modules
+        hand arguments to): an old ``make_trainer(cfg)`` left beside the ``main()`` that builds
+        the objects that run. Prepared there, main's objects would never be."""
+        if (
+            not isinstance(scope, cst.FunctionDef)
+            or self.model.parent(scope) is not self.model.module
+        ):
+            return False
+        if scope in self.model.given_parameters:
+            return False
+        name = scope.name
+        return not any(n is not name for n in self.model.index.names_spelled(name.value))
 
     def _outermost_training_scope(self, bindings: list[Binding]) -> Scope:
         """The first binding's scope, unless another function that trains with its own

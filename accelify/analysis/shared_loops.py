@@ -16,10 +16,11 @@ import libcst as cst
 from accelify.analysis.dataflow import between, bound_by
 from accelify.analysis.loops import find_backward, phase_name
 from accelify.analysis.objects import bound_arguments
-from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import all_params, assigned_targets, dotted, has_parameter, walk
 
 _UNKNOWN = object()
+_PRESENT = object()  # a value known not to be None (an optimizer)
 
 
 @dataclass
@@ -66,29 +67,91 @@ def _flag_loops(model: ScriptModel) -> Iterator[_FlagLoop]:
 
 
 def shared_loop_evaluations(model: ScriptModel) -> dict[str, SharedLoopEvaluation]:
+    """By the name each call hands the loader under; none that some call or loop trains on."""
+    evaluated, trained = _shared_loop_calls(model)
+    names = {name for name, _ in trained}
+    names |= {loop.iterable for loop in model.loops if loop.trains and loop.iterable}
+    return {name: found for name, found in evaluated.items() if name not in names}
+
+
+def shared_loop_trained_calls(model: ScriptModel) -> set[tuple[str, cst.CSTNode]]:
+    """The loaders some loop trains on, each with where it is read: handed to a shared loop at
+    a call that does not switch training off (or may not), or iterated by another training
+    loop. The place lets a caller follow the name back to where the loader was made."""
+    return _shared_loop_calls(model)[1]
+
+
+def _shared_loop_calls(
+    model: ScriptModel,
+) -> tuple[dict[str, SharedLoopEvaluation], set[tuple[str, cst.CSTNode]]]:
     evaluated: dict[str, SharedLoopEvaluation] = {}
-    trained: set[str] = set()
+    trained: set[tuple[str, cst.CSTNode]] = set()
+    flag_loops = set()
     for flagged in _flag_loops(model):
         loop, function, defaults = flagged.loop, flagged.function, flagged.defaults
         aliases, tests, flags = flagged.aliases, flagged.tests, flagged.flags
         calls = model.call_graph.calls_of(function)
         if any(a.star for call, _ in calls for a in call.args):
             continue  # ``run_epoch(*args)``: what goes where is unknown
+        flag_loops.add(id(loop.node))
         for call, implicit in calls:
-            passed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
-            loader = dotted(passed.get(loop.iterable))
-            if loader is None:
-                continue
-            values = {flag: _literal(passed.get(flag, defaults[flag])) for flag in flags}
-            outcomes = {_evaluate(test, values, aliases) for test in tests}
-            if outcomes == {False}:
-                evaluated.setdefault(loader, SharedLoopEvaluation(loader, loop, function, call))
-            else:
-                trained.add(loader)
+            handed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
+            unrolled = _per_iteration(model, call, handed)
+            for passed in unrolled:
+                loader = dotted(passed.get(loop.iterable))
+                if loader is None:
+                    continue
+                values = {
+                    flag: _flag_value(model, call, passed.get(flag, defaults[flag]), "", "")
+                    for flag in flags
+                }
+                outcomes = {_evaluate(test, values, aliases) for test in tests}
+                # one call over several loaders whose flag cannot be told: it may only
+                # evaluate this one, so it is kept whole (never prepared on a guess)
+                if outcomes == {False} or (len(unrolled) > 1 and outcomes != {True}):
+                    evaluated.setdefault(loader, SharedLoopEvaluation(loader, loop, function, call))
+                else:
+                    trained.add((loader, call))
     for loop in model.loops:
-        if loop.trains and loop.iterable is not None:
-            trained.add(loop.iterable)
-    return {name: found for name, found in evaluated.items() if name not in trained}
+        if loop.trains and loop.iterable is not None and id(loop.node) not in flag_loops:
+            trained.add((loop.iterable, loop.node))
+    return evaluated, trained
+
+
+def _per_iteration(
+    model: ScriptModel, call: cst.Call, passed: dict[str, cst.BaseExpression]
+) -> list[dict[str, cst.BaseExpression]]:
+    """The arguments of ``call`` in each pass of an enclosing ``for name, loader, opt in
+    [("train", train_loader, optimizer), ("val", val_loader, None)]:`` whose targets it hands
+    on: one mapping per element, the targets replaced by the element's values (so each loader
+    is seen with its own flag); just ``passed`` when no such loop binds what it hands."""
+    read = {v.value for v in passed.values() if isinstance(v, cst.Name)}
+    function = model.index.enclosing_function(call)
+    for ancestor in model.ancestors(call):
+        if ancestor is function:
+            break
+        if not isinstance(ancestor, cst.For) or not isinstance(ancestor.target, cst.Tuple):
+            continue
+        targets = [e.value for e in ancestor.target.elements]
+        names = [t.value for t in targets if isinstance(t, cst.Name)]
+        if len(names) != len(targets) or not read & set(names):
+            continue
+        rows = _literal_sequence(model, ancestor.iter, ancestor)
+        if rows is None:
+            return [passed]
+        unrolled = []
+        for row in rows.elements:
+            if not isinstance(row.value, cst.Tuple) or len(row.value.elements) != len(names):
+                return [passed]
+            bound = dict(zip(names, (e.value for e in row.value.elements), strict=True))
+            unrolled.append(
+                {
+                    p: bound.get(v.value, v) if isinstance(v, cst.Name) else v
+                    for p, v in passed.items()
+                }
+            )
+        return unrolled
+    return [passed]
 
 
 def _backward_tests(model: ScriptModel, loop: Loop) -> list[cst.BaseExpression]:
@@ -190,6 +253,9 @@ class PhaseLoaders:
     evaluated: list[str]
     #: ``loaders`` and the names callers hand in for it
     names: set[str] = field(default_factory=set)
+    #: False when some call's phase cannot be told (``trained`` and ``evaluated`` then empty):
+    #: none of the dict's loaders may be prepared, since any of them may be only evaluated
+    decided: bool = True
 
 
 def phase_loaders(model: ScriptModel) -> dict[str, PhaseLoaders]:
@@ -232,35 +298,22 @@ def _phases_through_calls(model: ScriptModel) -> list[PhaseLoaders]:
     hands it a key of that dict decides the flag, and no key is both trained and evaluated."""
     found: list[PhaseLoaders] = []
     for flagged in _flag_loops(model):
-        loop, function, defaults = flagged.loop, flagged.function, flagged.defaults
-        aliases, tests, flags = flagged.aliases, flagged.tests, flagged.flags
+        loop, function, flags = flagged.loop, flagged.function, flagged.flags
         modes: dict[str, dict[str, bool]] = {}  # dict name -> key -> trained
+        handed_dicts: set[str] = set()  # every dict a call hands a key of
         decided = True
         for call, implicit in model.call_graph.calls_of(function):
             passed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
             loader = passed.get(loop.iterable)
             if not _reads_a_subscript(loader):
                 continue
-            handed = _keys_handed(model, call, loader)  # type: ignore[arg-type]
-            if handed is None:
-                decided = False
-                break
-            for owner, phase, value, key in handed:
-                values = {
-                    flag: _flag_value(passed.get(flag, defaults[flag]), phase, value)
-                    for flag in flags
-                }
-                outcomes = {_evaluate(test, values, aliases) for test in tests}
-                if None in outcomes or len(outcomes) != 1:
-                    decided = False
-                    break
-                trained = outcomes == {True}
-                if modes.setdefault(owner, {}).setdefault(key, trained) != trained:
-                    decided = False  # one key both trained and evaluated
-                    break
-            if not decided:
-                break
+            handed_dicts |= _subscripted_dicts(loader)  # type: ignore[arg-type]
+            decided = decided and _decide_call(model, flagged, call, passed, loader, modes)
         if not decided:
+            found += [
+                PhaseLoaders(owner, loop, " and ".join(sorted(flags)), [], [], {owner}, False)
+                for owner in sorted(handed_dicts)
+            ]
             continue
         for owner, keys in modes.items():
             trained_keys = [k for k, t in keys.items() if t]
@@ -272,6 +325,42 @@ def _phases_through_calls(model: ScriptModel) -> list[PhaseLoaders]:
                     )
                 )
     return found
+
+
+def _decide_call(
+    model: ScriptModel,
+    flagged: _FlagLoop,
+    call: cst.Call,
+    passed: dict[str, cst.BaseExpression],
+    loader: cst.BaseExpression,
+    modes: dict[str, dict[str, bool]],
+) -> bool:
+    """Records in ``modes`` whether each key ``call`` hands (one per phase) is trained; False
+    when a phase's key or flag cannot be told, or a key is both trained and evaluated."""
+    handed = _keys_handed(model, call, loader)
+    if handed is None:
+        return False
+    for owner, phase, value, key in handed:
+        values = {
+            flag: _flag_value(model, call, passed.get(flag, flagged.defaults[flag]), phase, value)
+            for flag in flagged.flags
+        }
+        outcomes = {_evaluate(test, values, flagged.aliases) for test in flagged.tests}
+        if None in outcomes or len(outcomes) != 1:
+            return False
+        trained = outcomes == {True}
+        if modes.setdefault(owner, {}).setdefault(key, trained) != trained:
+            return False  # one key both trained and evaluated
+    return True
+
+
+def _subscripted_dicts(loader: cst.BaseExpression) -> set[str]:
+    """The containers ``loader`` reads an entry of (``loaders`` in ``loaders[phase]``)."""
+    return {
+        owner
+        for node in walk(loader)
+        if isinstance(node, cst.Subscript) and (owner := dotted(node.value)) is not None
+    }
 
 
 def _reads_a_subscript(loader: cst.BaseExpression | None) -> bool:
@@ -324,16 +413,61 @@ def _branch_for(loader: cst.BaseExpression, phase: str, value: str) -> cst.BaseE
     return loader
 
 
-def _flag_value(node: cst.BaseExpression | None, phase: str, value: str) -> object:
-    """A flag's value at a call for one phase: a literal, or a test of the phase
-    (``phase == "train"``)."""
+def _flag_value(
+    model: ScriptModel, call: cst.Call, node: cst.BaseExpression | None, phase: str, value: str
+) -> object:
+    """A flag's value at a call for one phase: a literal, an optimizer (not None), a test of
+    the phase (``phase == "train"``), or the branch of a conditional expression the phase picks
+    (``optimizer if phase == "train" else None``), also through a local the call's function
+    binds once to one (``opt = ...; run_epoch(model, loaders[phase], opt)``)."""
     if node is None:
         return _UNKNOWN
-    literal = _literal(node)
-    if literal is not _UNKNOWN or not phase:
-        return literal
+    if _known_value(model, node) is not _UNKNOWN:  # ``optimizer``, not what it was built by
+        return _known_value(model, node)
+    node = _bound_once(model, call, node) or node
+    if phase:
+        chosen = _branch_for(node, phase, value)
+        if chosen is None:
+            return _UNKNOWN
+        node = chosen
+    known = _known_value(model, node)
+    if known is not _UNKNOWN or not phase:
+        return known
     truth = _evaluate(node, {phase: value})
     return _UNKNOWN if truth is None else truth
+
+
+def _known_value(model: ScriptModel, node: cst.BaseExpression) -> object:
+    """A literal's value; `_PRESENT` for a name or attribute that holds an optimizer (an
+    ``optimizer=None`` parameter handed one is not None)."""
+    literal = _literal(node)
+    if literal is not _UNKNOWN:
+        return literal
+    name = dotted(node)
+    if name is not None and any(b.name == name for b in model.of_kind(Kind.OPTIMIZER)):
+        return _PRESENT
+    return _UNKNOWN
+
+
+def _bound_once(
+    model: ScriptModel, call: cst.Call, node: cst.BaseExpression
+) -> cst.BaseExpression | None:
+    """The value of the local ``node`` names, when the call's function binds it once, by an
+    assignment before the call (``opt = self.optimizer if phase == "train" else None``)."""
+    if not isinstance(node, cst.Name):
+        return None
+    function = model.index.enclosing_function(call)
+    if function is None or has_parameter(function, node.value):
+        return None
+    binds = [n for n in model.index.own_nodes(function) if node.value in bound_by(n)]
+    if len(binds) != 1 or not isinstance(binds[0], cst.Assign):
+        return None
+    assign = binds[0]
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return None
+    if model.order(assign) > model.order(call):
+        return None
+    return assign.value
 
 
 def _phase_values(model: ScriptModel, loop: cst.For, phase: str | None) -> list[str] | None:

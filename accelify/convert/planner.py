@@ -229,6 +229,7 @@ def _planned(
     prepare.run(ctx, prepare_scope)
     _prepare_other_training_functions(ctx, prepare_scope)
     _review_training_outside_the_class(ctx, prepare_scope)
+    _review_factories_never_called(ctx, prepare_scope)
     prepare.prepare_loaders_made_where_trained(ctx, prepare_scope)
     shard_lengths.run(ctx)
     ctx.through_forward = through_forward.routed_calls(ctx)
@@ -601,6 +602,34 @@ def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> Non
             "are made, and hand the prepared ones in",
         )
     ctx.prepare_anchor = first_anchor
+
+
+def _review_factories_never_called(ctx: Context, prepare_scope: Scope) -> None:
+    """An old ``make_trainer(cfg)`` that builds an optimizer, beside the ``main()`` that builds
+    the objects that run (`Placement.never_called`): prepare goes where those are, and the
+    factory's stay as made. Said there, so that a caller in another file knows to prepare what
+    it returns."""
+    placement = ctx.facts.placement
+    said: set[int] = set()
+    for binding in ctx.model.of_kind(Kind.OPTIMIZER):
+        scope = binding.scope
+        if binding.received or scope is prepare_scope or id(scope) in said:
+            continue
+        if not placement.never_called(scope) or any(
+            placement.inside(call, scope) for call in ctx.model.backward_calls
+        ):
+            continue
+        said.add(id(scope))
+        ctx.plan.review(
+            binding.line,
+            f"{scope.name.value}() builds {binding.name} but nothing in this file calls it: "  # type: ignore[union-attr]
+            f"what it builds is not prepared ({_scope_name(prepare_scope)} builds and prepares "
+            "the objects that run); a caller in another file must prepare what it returns",
+        )
+
+
+def _scope_name(scope: Scope) -> str:
+    return f"{scope.name.value}()" if isinstance(scope, cst.FunctionDef) else "the module"
 
 
 def _review_training_outside_the_class(ctx: Context, prepare_scope: Scope) -> None:

@@ -41,6 +41,7 @@ def run(ctx: Context) -> None:
         unprepared = _trained_unprepared(ctx, loop) if loop.trains else []
         sharded = [n for n in unprepared if n in ctx.self_sharded]
         noted = noted or bool(sharded)  # its batches come from a DataLoader, said here
+        noted = noted or _reads_undecided_phases(ctx, loop)  # said where the dict is made
         if sharded and cpu_only(ctx):
             ctx.review_at(
                 loop.node,
@@ -360,7 +361,7 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
     for found in ctx.facts.shard_totals:
         loader = found.loop.iterable
         phases = ctx.facts.phase_loaders.get(loader or "")
-        if phases is not None and phases.loop is found.loop:  # some phases are prepared
+        if phases is not None and phases.decided and phases.loop is found.loop:  # some prepared
             trained = ", ".join(f'"{key}"' for key in phases.trained)
             ctx.plan.review(
                 ctx.line(found.division),
@@ -581,7 +582,11 @@ def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> No
         for argument in ctx.facts.flow.call_site_arguments(entry.loop.iterable, entry.loop.node):
             call = ctx.model.parent(argument)
             loader = dotted(argument.value)
-            if isinstance(call, cst.Call) and loader in prepared and loader not in unprepared:
+            if loader is None or not isinstance(call, cst.Call):
+                continue
+            # ``self.train_loader``: the object the factory made and prepared as train_loader
+            held = {loader} | ctx.facts.held_origins(loader, argument)
+            if held & prepared and not held & set(unprepared):
                 calls.append((call, loader))
         if not calls:
             continue
@@ -1437,6 +1442,12 @@ def _loader_dicts_made_before_the_prepare(ctx: Context) -> None:
                 "them whole on every rank (on a GPU their batches stay on the host); make the "
                 "dict after the prepare call",
             )
+
+
+def _reads_undecided_phases(ctx: Context, loop: Loop) -> bool:
+    """``loop`` reads a dict of loaders of which none is prepared because which phases it
+    trains on cannot be told (`PhaseLoaders.decided`): its batches do come from DataLoaders."""
+    return any(not p.decided and p.loop is loop for p in ctx.facts.phase_loaders.values())
 
 
 def _trained_unprepared(ctx: Context, loop: Loop) -> list[str]:

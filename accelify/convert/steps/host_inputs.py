@@ -33,10 +33,13 @@ from accelify.analysis.syntax import dotted, has_parameter, target_names, unpack
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.devices import handed_on_before_prepare
 from accelify.edits import rewrites
+from accelify.edits.plan import statement
 
 
 def run(ctx: Context) -> None:
     only_cpu = cpu_only(ctx)
+    if only_cpu:
+        _batches_moved_where_phases_mix(ctx)
     kept = set() if only_cpu else models_kept_on_host(ctx)
     if not (only_cpu or kept):
         return
@@ -90,6 +93,59 @@ def run(ctx: Context) -> None:
             ctx.need(call)
         if "send_to_device" not in ctx.uses:
             ctx.uses.append("send_to_device")
+
+
+def _batches_moved_where_phases_mix(ctx: Context) -> None:
+    """A loop that trains on a prepared loader and evaluates one left whole (``run_epoch(model,
+    loader, optimizer=None)`` handed both, a ``loaders[phase]`` loop whose "val" is kept whole):
+    in the evaluated phase its batches are on the host while prepare put the model on the
+    device (a crash on a GPU; on the CPU nothing shows it), and no call-by-call move fits both
+    phases. Its batch is sent to the device at the loop's head, for every phase (a batch
+    already there is handed back as it is), so the model, labels and metrics meet there."""
+    for loop in ctx.model.loops:
+        if not loop.trains or id(loop.node) not in ctx.left_whole:
+            continue
+        if not ctx.facts.flow.reads_loader(loop) or _reads_only_whole_loaders(ctx, loop):
+            continue  # all on the host: each model call is moved (`run`)
+        phased = any(p.decided and p.loop is loop for p in ctx.facts.phase_loaders.values())
+        if not (phased or ctx.unprepared_loaders(loop)):
+            continue
+        if not isinstance(loop.node.body, cst.IndentedBlock):
+            continue
+        target = loop.node.target
+        acc = ctx.accelerator_at(loop.node)
+        first = loop.node.body.body[0]
+        if not _plain_target(target):
+            ctx.plan.review(
+                ctx.line(loop.node),
+                "this loop reads a prepared loader in one phase and one left whole in the other: "
+                "in the whole one its batches stay on the host while the model is on the device "
+                f"(a crash on a GPU); send each batch there first ({acc}.device)",
+            )
+            continue
+        batch = ctx.code(target).strip()
+        packed = f"({batch})" if isinstance(target, cst.Tuple) else batch
+        ctx.plan.insert_before(
+            first, statement(f"{batch} = send_to_device({packed}, {acc}.device)")
+        )
+        ctx.plan.change(
+            ctx.line(loop.node),
+            f"{batch} sent to {acc}.device at the head of the loop: it reads a prepared loader "
+            "and one left whole, whose batches stay on the host while the model is on the device",
+        )
+        if acc == ctx.acc:
+            ctx.need(first)
+        if "send_to_device" not in ctx.uses:
+            ctx.uses.append("send_to_device")
+
+
+def _plain_target(target: cst.BaseExpression) -> bool:
+    """``batch`` or ``x, y``: a loop target that can be bound again as it is written."""
+    if isinstance(target, cst.Name):
+        return True
+    return isinstance(target, cst.Tuple) and all(
+        isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements
+    )
 
 
 def _feeds_a_model(ctx: Context, call: cst.Call, models: dict[int, str]) -> bool:
@@ -275,8 +331,12 @@ def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
     origins = ctx.facts.flow.origin_sites(loop.iterable, loop.node, stop=prepared)
     unprepared = set(ctx.unprepared_loaders(loop))
     return bool(origins) and all(
-        origin in unprepared and not _holds_a_prepared_entry(origin, prepared)
-        for origin, _ in origins
+        origin in unprepared
+        and not any(  # ``self.loaders``: the dict a factory made and prepared an entry of
+            _holds_a_prepared_entry(name, prepared)
+            for name in {origin} | (ctx.facts.held_origins(origin, place) if origin else set())
+        )
+        for origin, place in origins
     )
 
 

@@ -329,8 +329,9 @@ def _leave_whole_for_their_own_loops(
         )
     shared = ctx.facts.shared_loop_evaluations
     whole = [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in shared]
+    kept = {id(shared[n]) for n in whole}  # one loader's names share its entry
     for loop in {id(shared[n].loop.node) for n in whole}:
-        if all(n in whole for n, s in shared.items() if id(s.loop.node) == loop):
+        if all(id(s) in kept for s in shared.values() if id(s.loop.node) == loop):
             ctx.left_whole.add(loop)
     for name in whole:
         chosen.pop(name)
@@ -1740,6 +1741,9 @@ def _prepare_each_value(ctx: Context, binding: Binding) -> None:
     """``loaders = {"train": DataLoader(...), ...}``: each loader prepared, the dict kept."""
     name = binding.name
     phases = ctx.facts.phase_loaders.get(name)
+    if phases is not None and not phases.decided:
+        _leave_undecided_phases_whole(ctx, binding, phases)
+        return
     if phases is not None:
         _prepare_trained_phases(ctx, binding, phases)
         return
@@ -1863,6 +1867,23 @@ def _prepare_trained_phases(ctx: Context, binding: Binding, phases: PhaseLoaders
         f"`if` on {phases.phase}): no gather fits a loop that runs in both modes, so it is left "
         "unprepared and every rank evaluates all of it (correct, not sharded); give evaluation "
         "a loop of its own to shard it and gather there",
+    )
+
+
+def _leave_undecided_phases_whole(ctx: Context, binding: Binding, phases: PhaseLoaders) -> None:
+    """A loop that trains or evaluates by a flag, handed ``loaders[phase]`` where the flag's
+    value in some phase cannot be told: any loader of the dict may be one it only evaluates,
+    whose totals would be one rank's shard's once prepared (and no gather fits such a loop).
+    None is prepared: every rank reads all of them, which is correct, not data-parallel."""
+    ctx.left_whole.add(id(phases.loop.node))
+    ctx.plan.review(
+        binding.line,
+        f"which loaders of {binding.name} the loop at line {ctx.line(phases.loop.node)} trains "
+        f"on, and which it only evaluates, cannot be told (its backward runs under `if` on "
+        f"{phases.phase}, whose value per phase is not known): each loader of {binding.name} is "
+        "left unprepared, so every rank reads all of them (correct, not data-parallel); to "
+        f"shard the training one, hand {phases.phase} as a literal or a test of the phase "
+        '(`phase == "train"`), or prepare it and give evaluation a loop of its own',
     )
 
 
