@@ -3221,20 +3221,7 @@ def _loader_origins(ctx: Context, loop: Loop) -> set[str]:
     flow = ctx.facts.flow
     # ``for x, y in state["val_loader"]``: the loader the dict was built with, not the dict
     name, place = flow.returned_entry_read(loop) or (loop.iterable, loop.node)
-    pending = [o for o in flow.origins(name, place) if o is not None]
-    found: set[str] = set()
-    while pending:
-        name = pending.pop()
-        if name in found:
-            continue
-        found.add(name)
-        pending += [
-            source
-            for binding in ctx.model.bindings
-            if binding.name == name and binding.received
-            for source in binding.sources
-        ]
-    return found
+    return ctx.facts.held_origins(name, place)
 
 
 def _sharding_advice(ctx: Context, evaluation: Evaluation) -> str:
