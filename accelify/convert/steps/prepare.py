@@ -59,7 +59,11 @@ from accelify.analysis.wrapped_loaders import handed_wrapped, wraps
 from accelify.analysis.writing_helpers import BINDS, MUTATORS
 from accelify.convert.steps import handed_accelerator, shard_lengths
 from accelify.convert.steps.context import Context, star_imported_from_the_project
-from accelify.convert.steps.saving import file_write_blocks, result_read_after
+from accelify.convert.steps.saving import (
+    can_open_on_main_only,
+    file_write_blocks,
+    result_read_after,
+)
 from accelify.edits.kinds import InsertBefore
 from accelify.edits.plan import statement
 
@@ -2787,12 +2791,15 @@ def _evaluated_unsure(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Evalua
     cover its own shard, and what is printed or decided on them would be one rank's. A loader
     some training loop also reads is not among them: its shard is what that rank trains on."""
     trained = _trained_loaders(ctx)
+    blocks = _main_only_write_blocks(ctx)
     found: dict[str, Evaluation] = {}
     for evaluation in ctx.facts.evaluations:
         if evaluation.unsure is None or evaluation.already_gathered or not evaluation.sinks:
             continue
         if evaluation.syncs_itself or id(evaluation.loop.node) in ctx.facts.helper_evaluations:
             continue  # a helper gathers for it, or whole sets would be counted N times
+        if _block_holding(ctx, blocks, evaluation.loop) is not None:
+            continue  # on the main process alone: `_read_where_written` keeps its loader whole
         for name in sorted(_loader_origins(ctx, evaluation.loop) - trained):
             if chosen.get(name) is Kind.DATALOADER:
                 found.setdefault(name, evaluation)
@@ -2917,25 +2924,67 @@ def _whole_beside(
 def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop]:
     """Loaders of ``chosen`` read by a loop inside a ``with open(path, "w")`` block that runs
     on the main process alone (`file_write_blocks`), and by no training loop: prepared, that
-    process would write its own shard's predictions, and the other ranks' would be lost. An
-    evaluation elsewhere that also reads one (``evaluate(model, test_loader)`` before
-    ``write_predictions(model, test_loader, path)``) runs on it whole, as every rank does."""
-    blocks = [b for b in file_write_blocks(ctx) if result_read_after(ctx, b) is None]
+    process would write its own shard's predictions, and the other ranks' would be lost. One an
+    evaluation elsewhere also reads (``evaluate(model, test_loader)`` before
+    ``write_predictions(model, test_loader, path)``) stays prepared where every loop of the
+    block that reads it gathers its rows in place (`_gathers_in_place`): the block then runs on
+    every rank and the main process writes the gathered rows, and the other evaluations stay
+    sharded and gathered. Otherwise they run on it whole, as every rank does."""
     inside: dict[str, Loop] = {}
+    stuck: dict[str, Loop] = {}
     outside: set[str] = set()
+    trained: set[str] = set()
+    blocks = _main_only_write_blocks(ctx)
     for loop in ctx.model.loops:
         origins = _loader_origins(ctx, loop)
         if loop.trains:
-            outside |= origins
-        if loop.trains or not any(ctx.facts.placement.inside(loop.node, b) for b in blocks):
+            trained |= origins
             continue
+        block = _block_holding(ctx, blocks, loop)
+        if block is None:
+            outside |= origins
+            continue
+        gathers = _gathers_in_place(ctx, loop, block)
         for name in sorted(origins):
             inside.setdefault(name, loop)
+            if not gathers:
+                stuck.setdefault(name, loop)
     return {
-        name: loop
+        name: stuck.get(name, loop)
         for name, loop in inside.items()
-        if name not in outside and chosen.get(name) is Kind.DATALOADER
+        if name not in trained
+        and (name in stuck or name not in outside)
+        and chosen.get(name) is Kind.DATALOADER
     }
+
+
+def _main_only_write_blocks(ctx: Context) -> list[cst.With]:
+    """The `file_write_blocks` the saving step may guard whole (none computes a value read
+    after it)."""
+    return [b for b in file_write_blocks(ctx) if result_read_after(ctx, b) is None]
+
+
+def _block_holding(ctx: Context, blocks: list[cst.With], loop: Loop) -> cst.With | None:
+    return next((b for b in blocks if ctx.facts.placement.inside(loop.node, b)), None)
+
+
+def _gathers_in_place(ctx: Context, loop: Loop, block: cst.With) -> bool:
+    """``loop``, in the file-writing ``block``, is an evaluation the evaluation step gathers
+    (``outputs = model(x)`` bound in its body, its rows written after), and ``block`` can run
+    on every rank with the file opened on the main process only: prepared, its loader's shards
+    are gathered before the rows are made. A forward in a loop's header, a helper's or a
+    comprehension's, is not: under ``if accelerator.is_main_process:`` a gather would hang."""
+    evaluation = next((e for e in ctx.facts.evaluations if e.loop.node is loop.node), None)
+    return (
+        evaluation is not None
+        and bool(evaluation.sinks)
+        and evaluation.unsure is None
+        and evaluation.forward is not None
+        and not evaluation.already_gathered
+        and not evaluation.combined_by
+        and id(loop.node) not in ctx.facts.helper_evaluations
+        and can_open_on_main_only(ctx, block)
+    )
 
 
 def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.Call]:

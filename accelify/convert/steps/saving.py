@@ -816,28 +816,11 @@ def _opened_on_main_only(ctx: Context, opened: cst.With | cst.Call) -> bool:
     other ranks would read back nothing), nor a file something below reads back (the other
     ranks would read it while the main process writes it), nor where ``os`` names something
     else."""
-    calls = (
-        [item.item for item in opened.items if side_effects.opens_for_writing(item.item)]
-        if isinstance(opened, cst.With)
-        else [opened]
-    )
     devnull = _devnull(ctx)
-    if devnull is None or not calls:
+    if devnull is None or not can_open_on_main_only(ctx, opened):
         return False
-    paths = []
-    for call in calls:
-        assert isinstance(call, cst.Call)
-        mode = side_effects.open_mode(call)
-        path = call.args[0] if call.args and call.args[0].keyword is None else None
-        if (
-            "+" in mode
-            or "x" in mode  # ``open(os.devnull, "x")`` fails: the sink exists
-            or path is None
-            or ctx.facts.shared_files.read_back_below(call) is not None
-        ):
-            return False
-        paths.append((call, path.value))
-    for call, path in paths:
+    for call in _opened_for_writing(opened):
+        path = call.args[0].value
         # a callback's method handed the trainer: ``trainer.accelerator``; the process state
         # where no accelerator is reached (`accelerator_at`)
         acc = ctx.accelerator_at(call)
@@ -917,6 +900,36 @@ def _opened_to_read(ctx: Context, call: cst.Call) -> bool:
         ):
             return False
     return True
+
+
+def can_open_on_main_only(ctx: Context, opened: cst.With | cst.Call) -> bool:
+    """`_opened_on_main_only` can give every rank but the main process ``os.devnull`` for the
+    file ``opened`` writes (asked before the plan is made: a loop inside it that gathers keeps
+    its loader prepared only where the block can then run on every rank)."""
+    calls = _opened_for_writing(opened)
+    if _devnull(ctx) is None or not calls:
+        return False
+    for call in calls:
+        mode = side_effects.open_mode(call)
+        if (
+            "+" in mode
+            or "x" in mode  # ``open(os.devnull, "x")`` fails: the sink exists
+            or not call.args
+            or call.args[0].keyword is not None
+            or ctx.facts.shared_files.read_back_below(call) is not None
+        ):
+            return False
+    return True
+
+
+def _opened_for_writing(opened: cst.With | cst.Call) -> list[cst.Call]:
+    if not isinstance(opened, cst.With):
+        return [opened]
+    return [
+        item.item
+        for item in opened.items
+        if isinstance(item.item, cst.Call) and side_effects.opens_for_writing(item.item)
+    ]
 
 
 def _must_run_everywhere(ctx: Context, block: cst.With) -> str | None:
