@@ -37,7 +37,7 @@ def _holds(
     prepared: set[str],
     seen: set[int],
 ) -> bool:
-    looped = _comprehension_source(script, name, at)
+    looped = comprehension_source(script, name, at)
     if looped is not None:  # ``v`` of ``{k: v.to(d) for k, v in batch.items()}``
         return any(
             _holds(script, loop, read, at, prepared, seen) for read in variables_in(script, looped)
@@ -65,7 +65,7 @@ def _holds(
     )
 
 
-def _comprehension_source(
+def comprehension_source(
     script: ScriptModel, name: str, at: cst.CSTNode
 ) -> cst.BaseExpression | None:
     """What the comprehension around ``at`` that binds ``name`` iterates, if one does."""

@@ -754,6 +754,14 @@ class ObjectFlow:
             node = node.args[0].value
         return returned_entry(self.model, node, loop.node)
 
+    def loader_read(self, loop: Loop) -> tuple[str | None, cst.CSTNode]:
+        """The loader ``loop`` reads, with a place to follow it from: ``vl`` where the caller
+        builds the dict of ``loaders["val"]`` (``run(model, {"train": tl, "val": vl})``:
+        `returned_entry_read`), else the loop's own iterable. The entry is the object to ask
+        about (prepared or not), not the dict that holds it."""
+        entry = self.returned_entry_read(loop) if isinstance(loop.node, cst.For) else None
+        return entry or (loop.iterable, loop.node)
+
     def over_prepared_loader(self, loop: Loop) -> bool:
         """The loop reads a prepared loader, so each rank sees its own shard: by name, or as a
         helper's parameter that a call site fills with one (``evaluate(model, test_loader)``

@@ -489,8 +489,7 @@ def held_entry(
     place: cst.CSTNode | None = None
     for call, implicit in calls:
         passed = [a for n, a in bound_arguments(scope, call, implicit) if n == container]
-        name = dotted(passed[0].value) if len(passed) == 1 else None
-        held = held_entry(model, name, key, call, depth + 1) if name is not None else None
+        held = _handed_entry(model, passed[0].value, key, call, depth) if len(passed) == 1 else None
         if held is None:
             return None
         found.add(held[0])
@@ -498,6 +497,19 @@ def held_entry(
     if len(found) != 1 or place is None:
         return None
     return found.pop(), place
+
+
+def _handed_entry(
+    model: ScriptModel, value: cst.BaseExpression, key: str, call: cst.Call, depth: int
+) -> tuple[str, cst.CSTNode] | None:
+    """`held_entry` of what ``call`` hands the container parameter: a name (followed in the
+    caller), or a dict written in the call itself (``run(model, {"train": tl, "val": vl})``),
+    whose entry is the caller's object as it is at the call, prepared or not as it is there."""
+    if isinstance(value, (cst.Dict, cst.Call)):
+        entry = _written_entry(model, value, key)
+        return (entry, call) if entry is not None else None
+    name = dotted(value)
+    return held_entry(model, name, key, call, depth + 1) if name is not None else None
 
 
 def _written_entry(model: ScriptModel, value: cst.BaseExpression, key: str) -> str | None:

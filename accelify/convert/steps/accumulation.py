@@ -26,8 +26,10 @@ def run(ctx: Context) -> None:
     for loop in ctx.model.loops:
         found = ctx.facts.accumulation_in(loop)
         if found is None:
-            kept = stepped_every(loop, ctx.facts) if loop.trains else None
-            if kept is not None:
+            # the backward may run in a helper the loop calls per batch (``train_step(batch)``)
+            trains = loop.trains or ctx.facts.calls.trains_through_calls(loop.node)
+            kept = stepped_every(loop, ctx.facts) if trains else None
+            if kept is not None and _innermost_around(ctx, loop, kept):
                 models = accumulated_models(loop, ctx.facts)
                 ctx.review_at(
                     kept,
@@ -67,6 +69,18 @@ def run(ctx: Context) -> None:
                 "but every backward all-reduces; use "
                 f"accelerator.accumulate({_model_of(ctx, step)}) to skip the syncs between steps",
             )
+
+
+def _innermost_around(ctx: Context, loop: Loop, kept: cst.If) -> bool:
+    """No loop inside ``loop`` holds ``kept`` too: the epoch loop around the batch loop whose
+    step test it is reviews nothing (the batch loop's line says what its loader gives)."""
+    placement = ctx.facts.placement
+    return not any(
+        other is not loop
+        and placement.inside(other.node, loop.node)
+        and placement.inside(kept, other.node)
+        for other in ctx.model.loops
+    )
 
 
 def _model_of(ctx: Context, function: cst.FunctionDef) -> str:

@@ -368,9 +368,10 @@ class Context:
                     if name not in prepared or not self.after_prepare(made, name)
                 }
             )
-        if flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
+        name, place = flow.loader_read(loop)
+        if flow.kind_of(name, place) is not Kind.DATALOADER:
             return []
-        origins = flow.origin_sites(loop.iterable, loop.node, stop=prepared)
+        origins = flow.origin_sites(name, place, stop=prepared)
         return sorted(
             {
                 o

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.analysis.batch_values import comprehension_source
 from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import moved_to, strip_moves
-from accelify.analysis.objects import bound_arguments, unpacked_arguments_for
+from accelify.analysis.objects import bound_arguments, returned_entry, unpacked_arguments_for
 from accelify.analysis.outside_forward import defined_by_a_module_class
 from accelify.analysis.partial_calls import partial_arguments
 from accelify.analysis.script_model import Kind, Loop
@@ -255,12 +256,38 @@ def in_a_prepared_loop(ctx: Context, call: cst.Call, depth: int = 3) -> bool:
     the batches on the device, and sent back to the CPU it would not)."""
     loops = _loader_loops_around(ctx, call)
     if loops:
-        return not ctx.unprepared_loaders(loops[0])
+        return not ctx.unprepared_loaders(loops[0]) and not _over_a_whole_loader_inside(
+            ctx, call, loops[0].node
+        )
     function = ctx.facts.placement.enclosing_function(call)
     if function is None or depth == 0:
         return False
     callers = [c for c, _ in ctx.facts.calls.calls_of(function)]
     return bool(callers) and all(in_a_prepared_loop(ctx, c, depth - 1) for c in callers)
+
+
+def _over_a_whole_loader_inside(ctx: Context, call: cst.Call, loop: cst.CSTNode) -> bool:
+    """``call`` reads an item of a comprehension over a loader left whole, written inside the
+    prepared ``loop`` (``sum(model(xv) ... for xv, yv in val_loader)`` per training step): the
+    comprehension's batches, not the loop's, are what it runs on."""
+    for ancestor in ctx.model.ancestors(call):
+        if ancestor is loop:
+            return False
+        if isinstance(ancestor, cst.BaseComp):
+            clause: cst.CompFor | None = ancestor.for_in
+            while clause is not None:
+                names = target_names(clause.target)
+                if any(_item_of_a_whole_loader(ctx, n, call) for n in names if _reads(call, n)):
+                    return True
+                clause = clause.inner_for_in
+    return False
+
+
+def _reads(call: cst.Call, name: str) -> bool:
+    """``call`` takes ``name`` in (an argument, not the function it runs)."""
+    return any(
+        isinstance(n, cst.Name) and n.value == name for n in walk(call) if n is not call.func
+    )
 
 
 def _batch_of_a_whole_loader(ctx: Context, name: str, at: cst.CSTNode) -> bool:
@@ -272,6 +299,26 @@ def _batch_of_a_whole_loader(ctx: Context, name: str, at: cst.CSTNode) -> bool:
         if root in loop.batch_names:
             return _reads_only_whole_loaders(ctx, loop)
     return False
+
+
+def _item_of_a_whole_loader(ctx: Context, name: str, at: cst.CSTNode) -> bool:
+    """``x`` of ``sum(model(x) for x, y in val_loader)`` (also ``data[1]``, ``loaders["val"]``)
+    when the conversion leaves that loader whole (no gather fits inside a comprehension:
+    `inline_evaluations`): its batches are made on the host, as a ``for`` loop's are
+    (`_batch_of_a_whole_loader`)."""
+    iterated = comprehension_source(ctx.model, name.split(".")[0], at)
+    if iterated is None:
+        return False
+    entry = returned_entry(ctx.model, iterated, at)
+    if entry is not None:  # ``loaders["val"]`` of ``loaders = {"val": vl, ...}``: ``vl``
+        return _a_whole_loader(ctx, cst.Name(entry[0]), entry[1])
+    if isinstance(iterated, cst.Subscript):  # ``data[1]`` of a tuple of loaders left whole
+        container = dotted(iterated.value)
+        prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
+        return not _holds_a_prepared_entry(container, prepared) and _a_whole_loader(
+            ctx, iterated.value, at
+        )
+    return _a_whole_loader(ctx, iterated, at)
 
 
 def _trains(ctx: Context, node: cst.For) -> bool:
@@ -325,10 +372,11 @@ def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
     model, loader)`` over a loader no prepare took, after ``train()`` prepared that model):
     its batches are on the host, and the loss of the output sent back there still reaches
     the model's parameters through the move's gradient."""
-    if loop.iterable is None or not _plain_name(loop.iterable):
+    name, place = ctx.facts.flow.loader_read(loop)
+    if name is None or not _plain_name(name):
         return False
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
-    origins = ctx.facts.flow.origin_sites(loop.iterable, loop.node, stop=prepared)
+    origins = ctx.facts.flow.origin_sites(name, place, stop=prepared)
     unprepared = set(ctx.unprepared_loaders(loop))
     return bool(origins) and all(
         origin in unprepared
@@ -851,6 +899,7 @@ def _made_on_host(
         return False
     if (
         _batch_of_a_whole_loader(ctx, name, at)
+        or _item_of_a_whole_loader(ctx, name, at)
         or _mapped_over_whole_loaders(ctx, name, at)
         or _batch_of_handed_whole_loaders(ctx, name, at)
     ):
