@@ -13,6 +13,7 @@ import libcst as cst
 import pytest
 
 from accelify.convert import Options
+from accelify.convert.conversion import Conversion
 from accelify.convert.files import collect, convert_all
 from conftest import FIXTURES, assert_ok, launch, run_accelify, run_python
 
@@ -2417,3 +2418,63 @@ def test_a_driver_that_names_a_class_of_its_trainer_module_in_an_annotation_conv
     assert "from trainer import EpochMetrics, Trainer\n" in driver
     assert "def log_metrics(metrics: EpochMetrics) -> None:\n    PartialState().print(" in driver
     assert not trainer.reviews and not train.reviews
+
+
+LISTENERS = FIXTURES / "projects" / "listeners_handed_to_a_trainer"
+
+
+def _converted_listeners(tmp_path: Path, names: list[str]) -> dict[str, Conversion]:
+    project = tmp_path / "project"
+    shutil.copytree(LISTENERS, project)
+    files = list(collect([project / name for name in names]))
+    return {r.path.rsplit("/", 1)[-1]: r for r in convert_all(files, Options(), 1)}
+
+
+def test_listeners_a_trainer_calls_back_print_once_and_their_writes_are_reviewed(
+    tmp_path: Path,
+):
+    """master_thesis' shape: ``train.py`` hands ``LossReporter()`` and ``ModelSaver(...)`` to the
+    trainer, whose loop calls ``listener.report(state)``. ``listeners.py`` trains nothing and was
+    skipped: on 2 ranks each line showed twice, each rank saved the wrapped model, nothing said
+    so. Its prints are now put on the main process; the save gets a review line where the saver
+    is made."""
+    results = _converted_listeners(tmp_path, ["train.py", "trainer.py", "listeners.py"])
+    listeners, train = results["listeners.py"], results["train.py"]
+    text = listeners.converted.decode()
+    assert "from accelify import PartialState" in text
+    assert (
+        "        if PartialState().is_main_process:\n"
+        '            print("epoch %d loss %.4f" % (state["epoch"], state["loss"]))\n'
+    ) in text
+    assert '        torch.save(state["model"], self.path)\n' in text  # left: reviewed
+    assert [note.line for note in listeners.changes] == [8]
+    (review,) = train.reviews
+    assert review.line == 15  # ModelSaver("model.pt"): LossReporter() at 14 needs none now
+    assert "ModelSaver(...) is handed to Trainer(...)" in review.text
+    assert "writes a file (listeners.py:16, torch.save(...))" in review.text
+    assert "save accelerator.unwrap_model(model)" in review.text
+    assert results["trainer.py"].changed
+
+
+def test_listeners_of_a_module_outside_the_run_get_review_lines_for_their_prints(
+    tmp_path: Path,
+):
+    results = _converted_listeners(tmp_path, ["train.py", "trainer.py"])
+    reviews = {note.line: note.text for note in results["train.py"].reviews}
+    assert "(listeners.py is not converted)" in reviews[14]
+    assert "its report() prints (listeners.py:8), each line once per rank" in reviews[14]
+    assert "listeners.py:16" in reviews[15]
+
+
+def test_a_listener_object_handed_to_no_trainer_is_not_reviewed(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(LISTENERS, project)
+    driver = project / "train.py"
+    source = driver.read_text()
+    driver.write_text(
+        source.replace('    ModelSaver("model.pt"),\n', "")
+        + '\nsaver = ModelSaver("model.pt")\nprint(saver)\n'
+    )
+    files = list(collect([driver, project / "trainer.py"]))
+    result = next(r for r in convert_all(files, Options(), 1) if r.path.endswith("train.py"))
+    assert [note.line for note in result.reviews] == [14]  # LossReporter() only

@@ -22,7 +22,14 @@ from accelify.analysis.script_model import Kind, ScriptModel, analyze
 from accelify.analysis.side_effects import writes
 from accelify.analysis.star_imports import star_imported_names
 from accelify.analysis.syntax import dotted, is_docstring, walk
-from accelify.convert import across, imported_helpers, project, saver_modules, subclass_inits
+from accelify.convert import (
+    across,
+    handed_listeners,
+    imported_helpers,
+    project,
+    saver_modules,
+    subclass_inits,
+)
 from accelify.convert.handed_loaders import handed_loaders
 from accelify.convert.import_prints import import_time_prints
 from accelify.convert.planner import Options, plan_conversion
@@ -79,16 +86,9 @@ def convert_source(
         elsewhere = project.trained_elsewhere(path, model)
         if elsewhere:
             return _drives_another_file(data, label, module, model, elsewhere, options)
-        guarded = saver_modules.guard_saves(Path(path), model, options or Options())
+        guarded = _guarded_module(data, label, model, options or Options())
         if guarded is not None:
-            converted, changes, reviews, imports = guarded
-            for code in imports:
-                converted = _add_import(converted, code, Path(label))
-            rendered = render(converted, data)
-            _check_parses(rendered, label, data)
-            guarded_lines = _saves_and_prints(changes)
-            done = f"nothing to prepare here; {guarded_lines} put on the main process only"
-            return Conversion(label, data, rendered, changes=changes, reviews=reviews, done=done)
+            return guarded
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
     returns = project.imported_returns(path, model)
     # DataLoaders a driver of the folder hands a class of this file (`handed_loaders`)
@@ -113,6 +113,10 @@ def convert_source(
         imported_meters=project.imported_meters(siblings),
     )
     for line, text in import_time_prints(Path(path), data, model):
+        plan.review(line, text)
+    for line, text in handed_listeners.listener_reviews(
+        Path(path), model, siblings, (options or Options()).converted_with
+    ):
         plan.review(line, text)
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give
@@ -970,12 +974,45 @@ def _check_parses(rendered: bytes, label: str, original: bytes) -> None:
         ) from None
 
 
+def printing_module(data: bytes, path: Path, options: Options) -> Conversion | None:
+    """A file that neither trains nor may save for another (`files.convert_file` skips those
+    unread), read only for the prints of the classes a trainer converted in this run is handed
+    (`handed_listeners.guard_prints`); None where it has none. Raises `UserError` for a file
+    that does not parse."""
+    model = analyze(parse(data, str(path)))
+    if model.uses_accelerator or model.trains:
+        return None
+    return _guarded_module(data, str(path), model, options, saves=False)
+
+
+def _guarded_module(
+    data: bytes, label: str, model: ScriptModel, options: Options, saves: bool = True
+) -> Conversion | None:
+    """A module that trains nothing, its saves (`saver_modules.guard_saves`) or else the prints
+    of its handed listeners (`handed_listeners.guard_prints`) put on the main process; None
+    where it has neither."""
+    guarded = saver_modules.guard_saves(Path(label), model, options) if saves else None
+    if guarded is not None:
+        converted, changes, reviews, imports = guarded
+    else:
+        printing = handed_listeners.guard_prints(Path(label), model, options)
+        if printing is None:
+            return None
+        (converted, changes, imports), reviews = printing, []
+    for code in imports:
+        converted = _add_import(converted, code, Path(label))
+    rendered = render(converted, data)
+    _check_parses(rendered, label, data)
+    done = f"nothing to prepare here; {_saves_and_prints(changes)} put on the main process only"
+    return Conversion(label, data, rendered, changes=changes, reviews=reviews, done=done)
+
+
 def _saves_and_prints(changes: list[Note]) -> str:
     """``1 torch.save and 1 print``: what a saver module's conversion put under the main
     process (`saver_modules.guard_saves`: one change line each)."""
     prints = sum(note.text.startswith("print ") for note in changes)
     saves = len(changes) - prints
-    said = ["1 torch.save" if saves == 1 else f"{saves} torch.save calls"]
+    said = ["1 torch.save" if saves == 1 else f"{saves} torch.save calls"] if saves else []
     if prints:
         said.append("1 print" if prints == 1 else f"{prints} prints")
     return " and ".join(said)

@@ -7,7 +7,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from accelify.convert.conversion import Conversion, Options, convert_source
+from accelify.convert.conversion import Conversion, Options, convert_source, printing_module
+from accelify.convert.handed_listeners import may_print_for_another_file
 from accelify.convert.project import may_train_elsewhere
 from accelify.convert.saver_modules import may_save_for_another_file
 from accelify.errors import UserError
@@ -35,7 +36,15 @@ def convert_file(path: Path, options: Options, named: bool) -> Conversion | User
         and not may_train_elsewhere(path, data)
         and not may_save_for_another_file(data, options)
     ):
-        return Conversion(
+        try:
+            printing = (
+                printing_module(data, path, options)
+                if may_print_for_another_file(data, options)
+                else None
+            )
+        except UserError:
+            printing = None  # a module that trains nothing is not reported for not parsing
+        return printing or Conversion(
             str(path), data, data, skipped="no .backward() call: not a training script"
         )
     try:
