@@ -30,7 +30,7 @@ from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert import across, project
 from accelify.convert.project import SiblingCall
-from accelify.convert.saver_modules import STATE
+from accelify.convert.saver_modules import STATE, print_lines
 from accelify.convert.steps.context import Options, import_lines
 from accelify.edits import rewrites
 from accelify.edits.apply import ApplyPlan
@@ -145,13 +145,8 @@ def guarded_prints(module: ScriptModel, cls: cst.ClassDef) -> list[cst.SimpleSta
     ranks (an evaluation, a gather) would hang run on one."""
     return [
         node
-        for node in walk(cls)
-        if isinstance(node, cst.SimpleStatementLine)
-        and len(node.body) == 1
-        and isinstance(node.body[0], cst.Expr)
-        and isinstance(node.body[0].value, cst.Call)
-        and _prints(node.body[0].value)
-        and not module.under_rank_guard(node)
+        for node in print_lines(cls)
+        if not module.under_rank_guard(node)
         and all(
             _called_name(inner) in _SAFE_IN_PRINT
             for argument in node.body[0].value.args

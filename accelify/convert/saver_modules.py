@@ -123,7 +123,7 @@ def guard_saves(
                     "every rank",
                 )
             )
-        for printed in _prints_in(statement) if saves else []:
+        for printed in print_lines(statement) if saves else []:
             # the class runs on every rank (each call waited after): its prints would
             # show once per rank; beside a guarded save they share its ``if``
             plan.add(rewrites.main_process_only(printed, STATE))
@@ -140,8 +140,9 @@ def guard_saves(
     return converted, changes, reviews, import_lines(options.target, ["PartialState"])
 
 
-def _prints_in(cls: cst.ClassDef) -> list[cst.SimpleStatementLine]:
-    """The lines of ``cls``'s methods that are a bare ``print(...)`` of their own."""
+def print_lines(cls: cst.ClassDef) -> list[cst.SimpleStatementLine]:
+    """The lines of ``cls``'s methods that are a bare ``print(...)`` of their own: the ones a
+    module's conversion can put under a main-process test as they stand."""
     return [
         node
         for node in walk(cls)
