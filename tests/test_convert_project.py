@@ -50,6 +50,24 @@ def test_a_directory_converts_the_driver_and_its_engine_together(tmp_path: Path)
     assert "engine.py:10: loss.backward() -> accelerator.backward(loss)" in result.stdout
 
 
+def test_a_driver_and_its_engine_converted_together_keep_the_marks_of_their_reviews(
+    tmp_path: Path,
+):
+    """The two files are converted as one script and its notes are given back to each file
+    with their lines renumbered: the mark `accelify verify` reads goes with them."""
+    from accelify.verify.review_notes import differs_on_n_ranks
+
+    project = _copy(tmp_path)
+    results = convert_all(list(collect([project])), Options(), 1)
+    marked = {
+        (Path(result.path).name, note.line)
+        for result in results
+        for note in result.reviews
+        if differs_on_n_ranks(note)
+    }
+    assert marked == {("train.py", 20), ("engine.py", 13)}
+
+
 _FIT_THROUGH_AN_ALIAS = """
 
 def fit(model, train_loader, val_loader, optimizer, criterion, epochs):

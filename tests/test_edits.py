@@ -17,7 +17,7 @@ from accelify.edits.apply import ApplyPlan
 from accelify.edits.collective_rewrites import collective_stop
 from accelify.edits.kinds import InsertBefore, Replace, Wrap
 from accelify.edits.node_rewrites import Swap, WithKeyword
-from accelify.edits.plan import Plan, statement
+from accelify.edits.plan import NoteKind, Plan, statement
 from accelify.lint.engine import lint_source
 from accelify.lint.selection import Selection
 
@@ -60,6 +60,19 @@ def test_a_rewrite_asked_for_twice_is_made_and_noted_once():
     assert applied(module, plan) == "accelerator.unwrap_model(model).save_pretrained(d)\n"
     assert [n.text for n in plan.changes] == ["unwrapped"]
     assert plan.reviews == []
+
+
+def test_a_review_said_twice_is_one_line_marked_if_either_saying_marks_it():
+    """The kind is not part of a note's equality: the same line and text is one line of the
+    summary; the step that knows the number differs on N ranks need not be the first to say
+    it, and its mark is kept."""
+    plan = Plan()
+    plan.review(3, "loss is this rank's")
+    plan.review(3, "loss is this rank's", NoteKind.DIFFERS_ON_N_RANKS)
+    plan.review(3, "loss is this rank's")
+    assert [(n.line, n.text, n.kind) for n in plan.reviews] == [
+        (3, "loss is this rank's", NoteKind.DIFFERS_ON_N_RANKS)
+    ]
 
 
 def test_an_edit_inside_an_edited_node_chains():

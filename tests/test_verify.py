@@ -289,6 +289,68 @@ def test_the_reviews_numbers_that_differ_on_n_ranks_are_listed():
     assert check_rank_reviews(others, "shard_loss_printed.py", 2) is None
 
 
+def test_the_reviews_numbers_are_read_from_the_note_kind_not_its_wording():
+    """verify lists the notes the conversion marks as differing on N ranks, whatever their
+    words: a rewording of a review line does not change what verify says."""
+    from accelify.edits.plan import Note, NoteKind
+    from accelify.verify.review_notes import check_rank_reviews
+
+    marked = Note(4, "train_mse covers this rank's shard", NoteKind.DIFFERS_ON_N_RANKS)
+    worded = Note(9, "the loader is left whole: right on N ranks as it is")
+    check = check_rank_reviews([marked, worded], "train.py", 2)
+    assert check is not None
+    assert check.rows == [["train.py:4", "train_mse covers this rank's shard"]]
+    assert check_rank_reviews([worded], "train.py", 2) is None
+
+
+_ENUMERATE_INDEX = (
+    FIXTURES / "convert" / "validation_loss_divided_by_an_alias_of_the_last_enumerate_index"
+)
+_FUNCTION_OF_MEANS = (
+    FIXTURES
+    / "convert"
+    / "loaders_prepared_by_the_constructor_read_through_the_attributes_it_keeps"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "line", "marked"),
+    [
+        # the quotient of the last enumerate index over val_loader, which is left whole: every
+        # rank computes the original's number (the text says what prepared would change)
+        ((_ENUMERATE_INDEX / "before.py").read_text(), 15, False),
+        ((_ENUMERATE_INDEX / "before.py").read_text(), 41, False),
+        # the same over the prepared train_loader: each rank takes N times fewer steps
+        (
+            (_ENUMERATE_INDEX / "before.py")
+            .read_text()
+            .replace("enumerate(val_loader)", "enumerate(train_loader)"),
+            41,
+            True,
+        ),
+        # gathered, the mean of a function of batch means is not one process's, though the
+        # caveat's words lack "on N ranks"
+        ((_FUNCTION_OF_MEANS / "before.py").read_text(), 40, True),
+    ],
+    ids=[
+        "whole-loader-enumerate-index-in-a-helper",
+        "whole-loader-enumerate-index",
+        "prepared-loader-enumerate-index",
+        "caveat-function-of-batch-means",
+    ],
+)
+def test_the_evaluations_reviews_are_marked_when_their_number_differs_on_n_ranks(
+    source: str, line: int, marked: bool
+):
+    """Where the old match of "on N ranks" in the text was wrong: over a loader left whole,
+    and a caveat worded another way."""
+    from accelify.verify.review_notes import differs_on_n_ranks
+
+    conversion = convert_source(source.encode(), "train.py")
+    (note,) = [n for n in conversion.reviews if n.line == line and "evaluation" in n.text]
+    assert differs_on_n_ranks(note) is marked, note.text
+
+
 @pytest.mark.distributed
 def test_a_run_to_the_end_passes_naming_the_number_the_review_says_differs(tmp_path: Path):
     """trial22's train_reg.py: its printed train_mse is about 1/N on N ranks, as the

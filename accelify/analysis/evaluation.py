@@ -125,6 +125,9 @@ class Evaluation:
     #: under new names that only the metrics read.
     kept_local: cst.Call | None = None
     unsure: str | None = None
+    #: ``unsure`` says the metric left as is changes with the number of ranks (a mean over the
+    #: last index enumerate hands the loop): its review line is marked for `accelify verify`.
+    unsure_differs_on_n_ranks: bool = False
     #: a torchmetrics metric it feeds combines the ranks' states itself: unprepared, every rank
     #: would feed it the whole set and its combined totals would count each sample N times.
     syncs_itself: bool = False
@@ -139,7 +142,8 @@ class Evaluation:
     pad_index: str | None = None
     #: gathered, a metric is near the whole set's but not exactly one process's (a mean of
     #: batch means whose merged batches differ in size): the gather is made and this says why
-    #: and what makes it exact, on a review line at ``caveat_at``.
+    #: and what makes it exact, on a review line at ``caveat_at``, which is always about a
+    #: number that differs on N ranks.
     caveat: str | None = None
     caveat_at: cst.CSTNode | None = None
 
@@ -1545,6 +1549,7 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
             index = by_index.value
             loader = found.loop.iterable or "the loader"
             found.unsure_at = sink
+            found.unsure_differs_on_n_ranks = True
             found.advice = (
                 f"divide {total} by len({loader}), the steps each rank takes (as many as the "
                 f"gathered steps), for the mean of the batches' means; {index} is one less"

@@ -18,6 +18,7 @@ statements of its own) leaves both as today: review lines, nothing changed."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -395,13 +396,12 @@ class _Lines:
     engine_name: str
 
     def driver(self, note: Note) -> Note:
-        return Note(note.line, _LINE.sub(lambda m: self._named(m, self.engine_name), note.text))
+        text = _LINE.sub(lambda m: self._named(m, self.engine_name), note.text)
+        return dataclasses.replace(note, text=text)
 
     def engine(self, note: Note) -> Note:
-        return Note(
-            note.line - self.offset,
-            _LINE.sub(lambda m: self._named(m, self.driver_name), note.text),
-        )
+        text = _LINE.sub(lambda m: self._named(m, self.driver_name), note.text)
+        return dataclasses.replace(note, line=note.line - self.offset, text=text)
 
     def _named(self, match: re.Match[str], other: str) -> str:
         """``line N`` of this file, or ``other line M`` for a line of the other file."""

@@ -16,8 +16,10 @@ The plan, not its callers, decides how edits compose, so no step reads or undoes
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 import libcst as cst
 
@@ -40,6 +42,7 @@ from accelify.edits.table import EditTable, Emptied, Fallback
 __all__ = [
     "Insert",
     "Note",
+    "NoteKind",
     "Plan",
     "Planned",
     "Rewrite",
@@ -49,10 +52,23 @@ __all__ = [
 ]
 
 
+class NoteKind(Enum):
+    """What a note tells the tools that act on it, which read this and never its wording."""
+
+    PLAIN = "plain"
+    #: a number the converted script computes differently on N ranks than the original on one
+    #: process (one rank's shard, a pace or a count that changes with N): the runs of
+    #: `accelify verify` cannot tell it wrong, so its verdict names these lines.
+    DIFFERS_ON_N_RANKS = "differs on N ranks"
+
+
 @dataclass(frozen=True)
 class Note:
     line: int
     text: str
+    #: not part of equality: one line and text is one line of the summary, however many steps
+    #: say it (`Plan.review` keeps it marked when any of them marks it).
+    kind: NoteKind = field(default=NoteKind.PLAIN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -187,10 +203,15 @@ class Plan:
         plan is complete (what a later step does to the same object decides it)."""
         self._note(line, text, when)
 
-    def review(self, line: int, text: str) -> None:
-        note = Note(line, text)
+    def review(self, line: int, text: str, kind: NoteKind = NoteKind.PLAIN) -> None:
+        """A review line, once however many steps say it; marked ``kind`` when any of them
+        marks it (the step that knows the number differs on N ranks need not be the first)."""
+        note = Note(line, text, kind)
         if note not in self.reviews:
             self.reviews.append(note)
+        elif kind is not NoteKind.PLAIN:
+            index = self.reviews.index(note)
+            self.reviews[index] = dataclasses.replace(self.reviews[index], kind=kind)
 
     def confine(
         self, reaches: Callable[[cst.CSTNode], bool], lines: Callable[[cst.CSTNode], range]

@@ -15,22 +15,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from accelify.edits.plan import NoteKind
 from accelify.verify.checks import CheckResult
 
 if TYPE_CHECKING:
     from accelify.edits.plan import Note
 
 TITLE = "numbers the conversion's review says differ on N ranks (not compared by the runs)"
-#: The words every review line of the conversion uses for a value that changes with the number
-#: of ranks (`accelify.convert.steps.data_notes`, `training_means`, the evaluation's caveats).
-ON_N_RANKS = "on N ranks"
 _SHOWN = 160
+
+
+def differs_on_n_ranks(note: Note) -> bool:
+    """Marked so by the step that wrote it (`accelify.convert.steps.data_notes`,
+    `training_means`, the evaluation's caveats): the field, never the wording, which may
+    change."""
+    return note.kind is NoteKind.DIFFERS_ON_N_RANKS
 
 
 def check_rank_reviews(reviews: Sequence[Note], label: str, processes: int) -> CheckResult | None:
     """The check's result, which passes (the runs cannot tell these numbers wrong) and lists
     the review lines; None when the review says nothing differs on N ranks."""
-    found = [note for note in reviews if ON_N_RANKS in note.text]
+    found = [note for note in reviews if differs_on_n_ranks(note)]
     if not found:
         return None
     result = CheckResult(TITLE, True, "", ["line", "the conversion's review"])

@@ -19,7 +19,7 @@ from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.accelerator import PassedNames, locals_of
 from accelify.convert.steps.context import Context
 from accelify.edits.node_rewrites import Swap
-from accelify.edits.plan import Plan, expression
+from accelify.edits.plan import NoteKind, Plan, expression
 
 
 def run(ctx: Context) -> None:
@@ -210,6 +210,7 @@ def _review_schedulers_stepped_per_optimizer_step(
             "early or runs past its end (a cosine climbs again); size it after prepare, from "
             "the prepared loader's length (each rank's batches) / k, "
             f"{rounded}, times {ctx.a('num_processes')}",
+            kind=NoteKind.DIFFERS_ON_N_RANKS,
         )
 
 

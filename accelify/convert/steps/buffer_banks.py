@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from accelify.analysis.buffer_banks import banks_filled_per_step
 from accelify.convert.steps.context import Context
+from accelify.edits.plan import NoteKind
 
 
 def run(ctx: Context) -> None:
@@ -20,4 +21,5 @@ def run(ctx: Context) -> None:
             f"only its own shard's values, so the ranks' copies of {fill.buffer} hold "
             "different entries and drift apart; gather them from every rank first, as MoCo does "
             f"({fill.method}({gather}({values})), every rank storing the same values)",
+            kind=NoteKind.DIFFERS_ON_N_RANKS,
         )

@@ -25,7 +25,7 @@ from accelify.analysis.own_values import ShardView
 from accelify.analysis.script_model import Binding, Kind, Loop, ScriptModel
 from accelify.analysis.syntax import all_params, assigned_targets, dotted, self_parameter, walk
 from accelify.edits import rewrites
-from accelify.edits.plan import Plan
+from accelify.edits.plan import NoteKind, Plan
 
 if TYPE_CHECKING:
     from accelify.convert.project import ObjectSaver, StateSaver
@@ -636,9 +636,9 @@ class Context:
             return text
         return _PLAIN_ACCELERATOR.sub(f"{reached}.", text)
 
-    def review_at(self, node: cst.CSTNode, text: str) -> None:
+    def review_at(self, node: cst.CSTNode, text: str, kind: NoteKind = NoteKind.PLAIN) -> None:
         """A review line at ``node``'s line, its advice in the names in scope there."""
-        self.plan.review(self.line(node), self.named_in_scope(node, text))
+        self.plan.review(self.line(node), self.named_in_scope(node, text), kind)
 
     def a_at(self, node: cst.CSTNode, member: str) -> str:
         """``accelerator.<member>`` as code at ``node`` reaches it, for review advice; where

@@ -22,6 +22,7 @@ from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
 from accelify.convert.steps.host_inputs import cpu_only, prepared_model_called
 from accelify.edits import rewrites
+from accelify.edits.plan import NoteKind
 
 
 def run(ctx: Context) -> None:
@@ -370,6 +371,7 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
                 "(the phases evaluated on every rank's whole set are right); gather each "
                 f"batch's values with {ctx.a_at(found.division, 'gather_for_metrics')} before "
                 "summing them",
+                kind=NoteKind.DIFFERS_ON_N_RANKS,
             )
             continue
         whole = ctx.unprepared_loaders(found.loop)
@@ -402,6 +404,7 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
                     f"{ctx.a_at(found.division, 'gather_for_metrics')} "
                     "before summing them for the whole set's"
                 ),
+                kind=NoteKind.DIFFERS_ON_N_RANKS,
             )
             continue
         loader = _loader_read(ctx, found.loop)
@@ -414,6 +417,7 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
             "reducing the total is not enough (the prepared loader repeats samples to even out "
             f"the last batch): gather each batch's values with "
             f"{ctx.a_at(found.division, 'gather_for_metrics')} before summing them",
+            kind=NoteKind.DIFFERS_ON_N_RANKS,
         )
     return summed
 
@@ -562,6 +566,7 @@ def _samples_counted(ctx: Context) -> None:
             f"{'them' if len(summed) > 1 else 'it'} across ranks on every rank after the loop "
             f"and show that: {_across_ranks(ctx, first.read, values)} (which also "
             "counts the samples the prepared loader repeats to even out the last batch)",
+            kind=NoteKind.DIFFERS_ON_N_RANKS,
         )
 
 
@@ -644,6 +649,7 @@ def _review_shown_in_the_helper(
         f"({_listed(whole)} {'is' if len(whole) == 1 else 'are'} read whole by every rank: "
         "right as it is); for the whole set's, reduce it on every rank only when the loop "
         f"trains: {_across_ranks(ctx, entry.read, value, how)}",
+        kind=NoteKind.DIFFERS_ON_N_RANKS,
     )
 
 
@@ -672,6 +678,7 @@ def _review_prepared_call(
         f"shard's {held}, not the whole set's; for the whole set's, reduce on every rank after "
         f"this call only: {reduces} ({function}() on {_listed(whole)} reads it whole on every "
         "rank: no reduce there)",
+        kind=NoteKind.DIFFERS_ON_N_RANKS,
     )
 
 
@@ -744,6 +751,7 @@ def _comprehended_shard_means(ctx: Context) -> None:
                 "mean, not the whole set's; for the whole set's, reduce it on every rank after "
                 "the list is made (each rank has as many batches): "
                 f"{_across_ranks(ctx, node, mean, 'mean')}",
+                kind=NoteKind.DIFFERS_ON_N_RANKS,
             )
             break
 
@@ -789,6 +797,7 @@ def _meters_over_shards(ctx: Context) -> None:
             "main process reads from it here is its own shard's value, not the whole set's; "
             "for the whole set's, reduce its totals across ranks "
             f"({ctx.a_at(found.read, 'reduce')}) before reading them",
+            kind=NoteKind.DIFFERS_ON_N_RANKS,
         )
 
 
@@ -843,6 +852,7 @@ def _printed_training_folds(ctx: Context, summed: set[tuple[int, str]]) -> None:
             f"rank before printing: {ctx.a_at(call, 'reduce')}(torch.tensor(value, "
             f"device={device}), 'sum').item() of a sum (of a mean: of the sum and of what it "
             "is divided by)",
+            kind=NoteKind.DIFFERS_ON_N_RANKS,
         )
 
 
@@ -910,6 +920,7 @@ def _shard_value_beside_a_whole_loader(
         f"loader only: sums and counts with {ctx.a_at(at, 'reduce')} before dividing, a list "
         "with gather_object before averaging (either also counts the samples the prepared "
         "loader repeats to even out the last batch)",
+        kind=NoteKind.DIFFERS_ON_N_RANKS,
     )
 
 

@@ -15,6 +15,7 @@ from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps import handed_accelerator
 from accelify.convert.steps.context import HANDED_ACCELERATOR, Context
 from accelify.edits.collective_rewrites import gather_for_metrics
+from accelify.edits.plan import NoteKind
 
 
 def run(ctx: Context) -> None:
@@ -41,9 +42,12 @@ def run(ctx: Context) -> None:
                     "all of it, so its metrics are right as they are); to shard it, prepare the "
                     f"loader, then {advice}"
                 )
+            # over a loader every rank reads whole, the number is the original's as it is
+            differs = evaluation.unsure_differs_on_n_ranks and not whole
             ctx.plan.review(
                 ctx.line(evaluation.line_node),
                 f"evaluation left as is: {evaluation.unsure}; {advice}",
+                NoteKind.DIFFERS_ON_N_RANKS if differs else NoteKind.PLAIN,
             )
             _metric_driven_steps(ctx, evaluation)
             continue
@@ -72,6 +76,7 @@ def run(ctx: Context) -> None:
             ctx.plan.review(
                 ctx.line(evaluation.caveat_at or evaluation.line_node),
                 f"evaluation gathered, but {evaluation.caveat}",
+                NoteKind.DIFFERS_ON_N_RANKS,
             )
         if not made and not ctx.plan.reaches(evaluation.statement):
             # a plan confined to a trainer class cannot reach a module-level helper that its
@@ -137,6 +142,7 @@ def _gather_in_helper(ctx: Context, helper: HelperEvaluation, done: set[int]) ->
             ctx.plan.review(
                 ctx.line(helper.evaluation.caveat_at or helper.evaluation.line_node),
                 f"evaluation gathered, but {helper.evaluation.caveat}",
+                NoteKind.DIFFERS_ON_N_RANKS,
             )
     return bool(made)
 

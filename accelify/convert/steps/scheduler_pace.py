@@ -21,6 +21,7 @@ from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
+from accelify.edits.plan import NoteKind
 
 #: Calls a test may make and still say the same at every batch.
 _PURE_CALLS = {"isinstance", "len", "hasattr", "getattr"}
@@ -80,6 +81,7 @@ def _review(ctx: Context, name: str, line: int, steps: list[SchedulerStep], why:
         "optimizer steps, 1/N of the original's: a schedule sized by the whole loader "
         f"gets 1/N of the way per epoch; not stepped {ctx.a('num_processes')} times there "
         f"by the conversion: {why}",
+        kind=NoteKind.DIFFERS_ON_N_RANKS,
     )
     for step_line in sorted({ctx.line(s.call) for s in steps if s.per_batch}):
         ctx.plan.review(
@@ -89,6 +91,7 @@ def _review(ctx: Context, name: str, line: int, steps: list[SchedulerStep], why:
             "rank, so the steps made here once per batch count 1/N of the original's; where "
             "each rank's batch here stands for num_processes of the original's, step it "
             f"{ctx.a('num_processes')} times here to keep the pace",
+            kind=NoteKind.DIFFERS_ON_N_RANKS,
         )
 
 

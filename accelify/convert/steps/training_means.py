@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from accelify.analysis.evaluation import sums_over_the_last_index
 from accelify.convert.steps.context import Context
+from accelify.edits.plan import NoteKind
 
 
 def run(ctx: Context) -> None:
@@ -33,4 +34,5 @@ def run(ctx: Context) -> None:
                 f"is: divide {total} by len({loader}), the steps this rank takes, for its mean "
                 f"of the batches' means (a tensor of it through {reduce}(..., 'mean') for every "
                 "rank's)",
+                kind=NoteKind.DIFFERS_ON_N_RANKS,
             )
