@@ -303,6 +303,8 @@ class SharedFiles:
             returns = self.model.index.own_returns(function)
             if len(returns) != 1 or self.model.order(returns[0]) < self.model.order(write):
                 return None
+            if any(self.model.under_rank_guard(c) for c, _ in self.flow.calls_of(function)):
+                return None  # a barrier there would wait for ranks that never call it
             if any(isinstance(a, (cst.For, cst.While)) for a in self._ancestors_in(returns[0])):
                 return None
             return returns[0]
