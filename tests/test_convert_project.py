@@ -2146,6 +2146,58 @@ def test_loaders_a_driver_gets_from_a_factory_module_are_prepared_by_the_class(t
     assert not trainer.reviews
 
 
+RUN_FOLDER = FIXTURES / "projects" / "run_folder_made_by_a_utils_module"
+
+
+def _convert_run_folder(tmp_path: Path, utils: str | None = None):
+    project = tmp_path / "project"
+    shutil.copytree(RUN_FOLDER, project)
+    if utils is not None:
+        (project / "utils.py").write_text(utils)
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    return result
+
+
+def test_a_run_folder_a_utils_function_makes_on_every_rank_is_reviewed_at_the_call(
+    tmp_path: Path,
+):
+    """``out = make_run_dir(args.out)`` of utils.py, which is not converted with train.py: its
+    ``if not os.path.exists(d): os.mkdir(d)`` races on 2 ranks (FileExistsError), and its
+    timestamped name differs per rank. The call is reviewed, naming the helper's line."""
+    result = _convert_run_folder(tmp_path)
+    reviews = [n for n in result.reviews if "make_run_dir()" in n.text]
+    assert [n.line for n in reviews] == [15], result.reviews
+    assert "utils.py:11" in reviews[0].text
+    assert "FileExistsError" in reviews[0].text and "time.strftime()" in reviews[0].text
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        # exist_ok: no race on the folder, only the name per rank
+        ("        os.mkdir(d)\n", "        os.makedirs(d, exist_ok=True)\n", "time.strftime()"),
+        # a name the ranks share: only the race
+        ('time.strftime("%Y%m%d-%H%M%S")', '"latest"', "FileExistsError"),
+    ],
+)
+def test_a_run_folder_a_utils_function_makes_is_reviewed_for_what_goes_wrong_only(
+    tmp_path: Path, old: str, new: str, said: str
+):
+    utils = (RUN_FOLDER / "utils.py").read_text()
+    assert old in utils
+    result = _convert_run_folder(tmp_path, utils.replace(old, new))
+    (review,) = [n.text for n in result.reviews if "make_run_dir()" in n.text]
+    other = {"time.strftime()", "FileExistsError"} - {said}
+    assert said in review and not any(o in review for o in other), review
+
+
+def test_a_run_folder_a_utils_function_makes_safely_is_not_reviewed(tmp_path: Path):
+    utils = (RUN_FOLDER / "utils.py").read_text()
+    utils = utils.replace("        os.mkdir(d)\n", "        os.makedirs(d, exist_ok=True)\n")
+    result = _convert_run_folder(tmp_path, utils.replace('time.strftime("%Y%m%d-%H%M%S")', '"x"'))
+    assert not [n for n in result.reviews if "make_run_dir()" in n.text], result.reviews
+
+
 PRINTERS = FIXTURES / "projects" / "progress_bar_of_a_utils_module"
 
 

@@ -392,3 +392,42 @@ def test_a_cache_written_with_torch_save_is_saved_behind_a_barrier():
     )
     builds = facts_of(model).shared_files.cache_builds
     assert [b.saved_behind_a_barrier for b in builds] == [True]
+
+
+_TESTER = """
+class Tester:
+    def test(self):
+        path = os.path.join(self.out, "preds.pt")
+        torch.save(self.rows, path)
+        return path
+
+
+def main():
+    t = Tester()
+    rows = torch.load(t.test())
+    {guarded}
+"""
+
+
+def test_a_read_of_the_path_its_own_statement_gets_back_waits_where_it_is_returned():
+    """``torch.load(t.test())``: the read's statement runs the write, so the wait goes before
+    ``test()``'s ``return``; not where some call of ``test()`` runs on one rank only (a barrier
+    there would wait for ranks that never get to it)."""
+    model = script(_TESTER.format(guarded="pass"))
+    (shared,) = facts_of(model).shared_files.read_back
+    assert shared.returned_at is not None and code(model, shared.returned_at) == "return path"
+    guarded = script(_TESTER.format(guarded="if int(os.environ['RANK']) == 0: t.test()"))
+    assert facts_of(guarded).shared_files.read_back == []
+
+
+def test_an_entry_of_a_dict_written_out_is_the_path_it_holds():
+    saved_by_entry = """
+    out = "runs"
+    paths = {"ckpt": os.path.join(out, "best.pt"), "log": "log.txt"}
+    torch.save(m.state_dict(), paths["ckpt"])
+    m.load_state_dict(torch.load(os.path.join(out, "best.pt")))
+    """
+    assert read_back(saved_by_entry) == [
+        ('torch.save(m.state_dict(), paths["ckpt"])', 'torch.load(os.path.join(out, "best.pt"))')
+    ]
+    assert read_back(saved_by_entry.replace('paths["ckpt"]', 'paths["log"]')) == []

@@ -33,7 +33,14 @@ from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.split_shares import named_from_share
-from accelify.analysis.syntax import all_params, argument_value, dotted, target_names, walk
+from accelify.analysis.syntax import (
+    all_params,
+    argument_value,
+    assigned_targets,
+    dotted,
+    target_names,
+    walk,
+)
 
 #: Where a path comes from when it is another file on every process: always (a temporary
 #: directory, a pid) or by the clock (two ranks may get the same value, or not).
@@ -221,6 +228,10 @@ class SharedFile:
     #: the write's path comes from outside what the file shows (`SharedFiles.unknown_path`):
     #: the read may be of that file, or of another
     unsure: bool = False
+    #: the read opens what the call of the write's function in its own statement returns
+    #: (``with open(trainer.test()) as f:``): no barrier fits between that call and the read,
+    #: so it goes before this ``return`` of the function, once the file is written
+    returned_at: cst.Return | None = None
 
 
 class SharedFiles:
@@ -245,8 +256,15 @@ class SharedFiles:
             if self.model.under_rank_guard(read):
                 continue
             for write, path in writes:
-                if self._same_file(path, read_path) and self._may_follow(read, write):
+                if not self._same_file(path, read_path):
+                    continue
+                if self._may_follow(read, write):
                     found.append(SharedFile(write, read, path, self.per_process(path)))
+                    break
+                returned = self._returned_written(read_path, write)
+                if returned is not None:
+                    per_process = self.per_process(path)
+                    found.append(SharedFile(write, read, path, per_process, returned_at=returned))
                     break
             else:
                 unsure = self._maybe_read_back(read, read_path, writes)
@@ -264,6 +282,41 @@ class SharedFiles:
                 ):
                     found.append(SharedFile(write, listing, path, self.per_process(path)))
                     break
+        return found
+
+    def _returned_written(
+        self, read_path: cst.BaseExpression, write: cst.Call
+    ) -> cst.Return | None:
+        """The ``return`` of the function a call in ``read_path`` runs (``trainer.test()`` of
+        ``open(trainer.test())``) that hands the path back below ``write``, a write of that
+        function's own body: the one ``return`` of the function, outside any loop there. None
+        for any other shape (the read's statement runs no such write)."""
+        function = self.placement.enclosing_function(write)
+        if function is None:
+            return None
+        for node in walk(read_path):
+            if not isinstance(node, cst.Call):
+                continue
+            target = self.model.call_graph.callee(node)
+            if target is None or target[0] is not function:
+                continue
+            returns = self.model.index.own_returns(function)
+            if len(returns) != 1 or self.model.order(returns[0]) < self.model.order(write):
+                return None
+            if any(self.model.under_rank_guard(c) for c, _ in self.flow.calls_of(function)):
+                return None  # a barrier there would wait for ranks that never call it
+            if any(isinstance(a, (cst.For, cst.While)) for a in self._ancestors_in(returns[0])):
+                return None
+            return returns[0]
+        return None
+
+    def _ancestors_in(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The nodes around ``node`` inside its function."""
+        found = []
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                break
+            found.append(ancestor)
         return found
 
     def _maybe_read_back(
@@ -1255,6 +1308,13 @@ class SharedFiles:
             joined = _joined(path, self.model)
             if joined is not None:
                 spellings.add(joined)
+            # ``paths["ckpt"]`` of ``paths = {"ckpt": os.path.join(out, "best.pt")}``: the
+            # path the entry holds, as the load of ``os.path.join(out, "best.pt")`` spells it;
+            # and what a function of the file returns (``pred_file = trainer.test()``, whose
+            # ``return path`` names the file ``test()`` wrote)
+            held = self._entry_values(path) if isinstance(path, cst.Subscript) else []
+            for value in held or (self._returned_by(path) if isinstance(path, cst.Call) else []):
+                spellings |= self._spellings(value, depth + 1)
             return spellings
         if isinstance(path, cst.Attribute):
             # ``self.path`` set in its class (``self.path = path``): the value's spellings too,
@@ -1398,6 +1458,35 @@ class SharedFiles:
             ):
                 return self._constant_text(element.value)
         return None
+
+    def _entry_values(self, entry: cst.Subscript) -> list[cst.BaseExpression]:
+        """What ``paths["ckpt"]`` holds where ``paths`` (a name, ``self.paths``, a parameter
+        every call of the file hands one) is a dict written out (``{"ckpt": p}`` or
+        ``dict(ckpt=p)``), or that entry stored into (``paths["ckpt"] = p``): each such ``p``. A
+        dict the file does not write out gives nothing."""
+        key = _constant_key(entry)
+        held = entry.value
+        if key is None or not isinstance(held, (cst.Name, cst.Attribute)):
+            return []
+        if isinstance(held, cst.Attribute):
+            containers = self._attribute_values(held)
+        else:
+            containers = self._values_of(held.value, entry)
+            function = self._parameter_owner(held.value, entry)
+            if not containers and function is not None:
+                containers = self._passed_or_default(function, held.value)
+        found = [v for c in containers if (v := _written_entry(self.model, c, key)) is not None]
+        spelled = self.model.module.code_for_node(held).strip()
+        for assign in self.model.assignments:
+            for target in assigned_targets(assign):
+                if (
+                    isinstance(target, cst.Subscript)
+                    and _constant_key(target) == key
+                    and self.model.module.code_for_node(target.value).strip() == spelled
+                    and isinstance(assign, cst.Assign)
+                ):
+                    found.append(assign.value)
+        return found
 
     def _substituted(
         self, path: cst.BaseExpression, depth: int, follow_kept: bool = False
@@ -1751,6 +1840,38 @@ def _distinct(model: ScriptModel, values: list[cst.BaseExpression]) -> list[cst.
     for value in values:
         seen.setdefault(model.module.code_for_node(value).strip(), value)
     return list(seen.values())
+
+
+def _constant_key(entry: cst.Subscript) -> str | None:
+    """``"ckpt"`` of ``paths["ckpt"]``; None for any other index."""
+    if len(entry.slice) != 1 or not isinstance(entry.slice[0].slice, cst.Index):
+        return None
+    index = entry.slice[0].slice.value
+    key = index.evaluated_value if isinstance(index, cst.SimpleString) else None
+    return key if isinstance(key, str) else None
+
+
+def _written_entry(
+    model: ScriptModel, written: cst.BaseExpression, key: str
+) -> cst.BaseExpression | None:
+    """The value at ``key`` of a dict written out: ``{"ckpt": p}`` or ``dict(ckpt=p)``."""
+    if isinstance(written, cst.Dict):
+        return next(
+            (
+                e.value
+                for e in written.elements
+                if isinstance(e, cst.DictElement)
+                and isinstance(e.key, cst.SimpleString)
+                and e.key.evaluated_value == key
+            ),
+            None,
+        )
+    if isinstance(written, cst.Call) and model.qualified(written.func) & {"builtins.dict", "dict"}:
+        return next(
+            (a.value for a in written.args if a.keyword is not None and a.keyword.value == key),
+            None,
+        )
+    return None
 
 
 def _entry_of_a_name(value: cst.BaseExpression) -> bool:

@@ -7,6 +7,7 @@ FileExistsError), and uploads to the Hub (N commits racing on one repo)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -15,6 +16,9 @@ from accelify.analysis.loops import first_enumerate_name
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import argument_value, dotted, target_names, walk
+
+if TYPE_CHECKING:
+    from accelify.analysis.facts import Facts
 
 
 @dataclass
@@ -372,6 +376,21 @@ def makedirs_races(model: ScriptModel, placement: Placement) -> list[MakedirsRac
             found.append(MakedirsRace(guard, call))
         else:
             found.append(MakedirsRace(line, call))
+    return found
+
+
+def folders_named_by_the_clock(model: ScriptModel, facts: Facts) -> list[tuple[cst.Call, cst.Call]]:
+    """Each ``os.makedirs(d)``/``os.mkdir(d)`` whose folder's name comes from the clock
+    (``d = os.path.join(root, time.strftime(...))``, also through what a function of the file
+    returns: `SharedFiles.per_process`), with the call that reads the clock. Every rank reads
+    its own clock, so ranks a second apart make two folders."""
+    found = []
+    for call in model.calls:
+        if not model.call_names(call) & names.MAKEDIRS or not call.args:
+            continue
+        made = facts.shared_files.per_process(call.args[0].value)
+        if made is not None and made.clock:
+            found.append((call, made.source))
     return found
 
 

@@ -114,6 +114,8 @@ def convert_source(
     )
     for line, text in import_time_prints(Path(path), data, model):
         plan.review(line, text)
+    for line, text in project.folder_maker_reviews(path, model, siblings):
+        plan.review(line, text)
     for line, text in handed_listeners.listener_reviews(
         Path(path), model, siblings, (options or Options()).converted_with
     ):

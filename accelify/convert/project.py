@@ -18,7 +18,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.idle_members import OutputMembers, members_behind_outputs
 from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
-from accelify.analysis.names import DATALOADERS, MODULE_API, TORCH_SAVE
+from accelify.analysis.names import DATALOADERS, MAKEDIRS, MODULE_API, TORCH_SAVE
 from accelify.analysis.outside_forward import layer_members
 from accelify.analysis.project_modules import (
     defining_module,
@@ -221,6 +221,71 @@ def imported_file_writers(
         return None if write is None else other.line(write)
 
     return _sibling_functions(path, model, siblings, first_write)
+
+
+def folder_maker_reviews(
+    path: str | Path, model: ScriptModel, siblings: list[SiblingCall]
+) -> list[tuple[int, str]]:
+    """Calls this file makes on every rank (``out = make_run_dir(args.out)``) of a function of a
+    module of its own folder that makes a folder every rank would race on: ``os.mkdir(d)``
+    without ``exist_ok`` (bare, or after ``if not os.path.exists(d):``, which two ranks pass at
+    once: ``FileExistsError`` on the second), or one named from the clock (each rank its own
+    name). That module is not converted with this file: the call is reviewed, naming where."""
+    script, ranks = Path(path), facts_of(model).ranks
+    found = []
+    for call, name, function, file, other in siblings:
+        made = _made_folder(other, function)
+        if made is None or ranks.under_rank_guard(call):
+            continue
+        line, racing, clock = made
+        where = f"{_relative(file, script)}:{line}"
+        why = (
+            ["two ranks may both find it missing, and the second's mkdir fails (FileExistsError)"]
+            if racing
+            else []
+        )
+        if clock is not None:
+            why.append(
+                f"its name comes from {clock}(), which each rank reads itself: ranks a "
+                "second apart make two folders and each gets back its own"
+            )
+        fix = ["create it with exist_ok=True there"] if racing else []
+        if clock is not None:
+            fix.append(
+                "make the name once on the main process and hand it to every rank "
+                "(broadcast_object_list([name])[0])"
+            )
+        found.append(
+            (
+                model.line(call),
+                f"{name}() makes a folder ({where}) on every rank: {'; '.join(why)}; left as is: "
+                f"{', and '.join(fix)}",
+            )
+        )
+    return found
+
+
+def _made_folder(other: ScriptModel, function: str) -> tuple[int, bool, str | None] | None:
+    """The line of the folder ``function`` of ``other`` makes, whether ranks race on it (no
+    ``exist_ok``), and the clock call its name comes from; None when it makes none of those."""
+    defined = _top_level_function(other, function)
+    if defined is None:
+        return None
+    facts = facts_of(other)
+    inside = facts.placement.inside
+    races = [r.call for r in side_effects.makedirs_races(other, facts.placement)]
+    clocks = dict(
+        (id(made), source) for made, source in side_effects.folders_named_by_the_clock(other, facts)
+    )
+    for call in other.calls:
+        if not inside(call, defined) or not other.call_names(call) & MAKEDIRS:
+            continue
+        racing = any(call is r for r in races)
+        source = clocks.get(id(call))
+        if racing or source is not None:
+            clock = None if source is None else other.module.code_for_node(source.func)
+            return other.line(call), racing, clock
+    return None
 
 
 def _sibling_functions(

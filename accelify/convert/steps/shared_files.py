@@ -221,7 +221,10 @@ def _effects_only(node: cst.CSTNode) -> bool:
 def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
     read, write = shared.read, shared.write
     opened = ctx.facts.shared_files.opened_at(read)
-    places = ctx.facts.ranks.barrier_places(ctx.statement_of(opened))
+    # ``with open(trainer.test()) as f:``: the read's own statement runs the write, so the
+    # barrier goes where test() hands the written path back
+    waited = ctx.statement_of(opened if shared.returned_at is None else shared.returned_at)
+    places = ctx.facts.ranks.barrier_places(waited)
     path = ctx.code(ctx.facts.shared_files.opened_path(shared.path))
     if any(ctx.facts.placement.inside(write, place) for place in places):
         ctx.review_at(
@@ -258,6 +261,13 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
         for b in ctx.written_everywhere
     )
     saved = "written by every rank" if everywhere else "saved on the main process"
+    if shared.returned_at is not None:
+        ctx.plan.change(
+            ctx.line(read),
+            f"{code} before line {ctx.line(shared.returned_at)} returns the path that this line "
+            f"reads: {path} is {saved} at line {ctx.line(write)} and read by every rank",
+        )
+        return
     if shared.unsure:
         ctx.plan.change(
             ctx.line(read),

@@ -41,6 +41,20 @@ def run(ctx: Context) -> None:
     for race in side_effects.makedirs_races(model, placement):
         if not ctx.facts.ranks.under_rank_guard(race.call):
             _fix_makedirs(ctx, race)
+    for made, source in side_effects.folders_named_by_the_clock(model, ctx.facts):
+        if not ctx.facts.ranks.under_rank_guard(made):
+            ctx.plan.review(ctx.line(made), clock_named_folder(ctx.code(source.func), source, ctx))
+
+
+def clock_named_folder(clock: str, source: cst.Call, ctx: Context) -> str:
+    """Why a folder named from the clock and made on every rank is left for review."""
+    return (
+        f"every rank makes this folder, named from {clock}() (line {ctx.line(source)}), a "
+        "timestamp each rank reads itself: ranks a second apart make two folders, and each "
+        "rank's path names its own; the name is left as it is: make it once, on the main "
+        "process, and hand it to every rank (broadcast_object_list([name])[0]), or name it "
+        "by a setting"
+    )
 
 
 def _helper_writes(ctx: Context) -> list[side_effects.Write]:
