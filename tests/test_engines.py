@@ -52,25 +52,33 @@ ZERO = {stage: ("--backend", "deepspeed", "--zero-stage", str(stage)) for stage 
 BUILD_TIMEOUT = 1800
 
 
+#: Loads (and builds, if it is not current) DeepSpeed's CPU comm op. torch first: the run is
+#: then forked from the tests' fork server, which imported torch once (conftest.start)
+LOADS_THE_OP = """\
+import torch
+from deepspeed.accelerator import get_accelerator
+
+get_accelerator().create_op_builder("ShareMemCommBuilder").load()
+"""
+
+
 @pytest.fixture(scope="module")
-def deepspeed_op() -> None:
+def deepspeed_op(tmp_path_factory: pytest.TempPathFactory) -> None:
     """DeepSpeed's CPU comm op, JIT-built once before the first DeepSpeed launch. Built inside a
     launch, it counted against the launch's timeout: on a loaded machine the first launch timed
     out mid-build, and the kill left torch's build lock file behind, for which every later
     DeepSpeed launch waited until its own timeout (each failed after 240 s). Here the build has
     a timeout of its own; the launches find the op built. The op is loaded here even when an
-    earlier run built it (3.3 CPU-seconds, once per module): that ``.so`` exists says nothing of
-    whether it is current, and torch's load rebuilds a stale one (DeepSpeed's sources, torch or
-    the build flags changed since) where it is loaded. A check of the file alone let that
-    rebuild happen inside the first launch again; this load is the one that makes it, under
-    the build's own timeout."""
+    earlier run built it (0.7 CPU-seconds forked, once per module; 2.2 as a fresh ``python -c``,
+    which imported torch): that ``.so`` exists says nothing of whether it is current, and
+    torch's load rebuilds a stale one (DeepSpeed's sources, torch or the build flags changed
+    since) where it is loaded. A check of the file alone let that rebuild happen inside the
+    first launch again; this load is the one that makes it, under the build's own timeout."""
     folder = os.environ.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir())
-    code = (
-        "from deepspeed.accelerator import get_accelerator\n"
-        "get_accelerator().create_op_builder('ShareMemCommBuilder').load()\n"
-    )
+    loader = tmp_path_factory.mktemp("deepspeed_op") / "load_op.py"
+    loader.write_text(LOADS_THE_OP)
     environment = {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": folder}
-    command = [sys.executable, "-c", code]
+    command = [sys.executable, str(loader)]
     result = run_in_own_group(command, cwd=None, timeout=BUILD_TIMEOUT, env=environment)
     assert result.returncode == 0, (
         f"building DeepSpeed's op failed (a lock file under {folder} that no build holds is "

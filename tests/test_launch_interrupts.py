@@ -170,7 +170,10 @@ def test_ctrl_c_while_the_watch_puts_a_hang_report_together_ends_the_run_at_once
     the launcher waited for the watch (up to 5 s, and up to `watch.STACK_WAIT` for a rank that
     cannot answer; 12 s once on a loaded machine), and the half-made report could be printed
     after the stop. Now the watch is halted as the signal comes: it says nothing more, and the
-    launcher ends as at any Ctrl-C, with what each rank was doing."""
+    launcher ends as at any Ctrl-C, with what each rank was doing as the signal came (the halt's
+    own reading of the records). That the halted watch no longer waits for the stack is
+    test_launch_stack's (`test_a_halted_watch_reads_no_stack_dumped_after_the_halt`), told by
+    what it reads, not by how long the stop took (a bound a loaded machine could cross)."""
     script = tmp_path / "waits.py"
     script.write_text(CANNOT_SAY_WHERE)
     command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2"]
@@ -187,17 +190,13 @@ def test_ctrl_c_while_the_watch_puts_a_hang_report_together_ends_the_run_at_once
         while not asked.exists():  # the watch has asked rank 1 for its stack, and waits for it
             assert time.monotonic() < deadline, "the watch never asked rank 1 for its stack"
             time.sleep(0.05)
-        interrupted = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
         stderr = _after_the_stop(process)
-        took = time.monotonic() - interrupted
     finally:
         _kill_group(process.pid)
     assert process.returncode == 130, stderr
     assert _stop_lines(stderr) == _as_the_signal_came(CANNOT_SAY_WHERE), stderr
     assert len(stderr.strip().splitlines()) == 3, stderr  # and nothing else: no hang report
-    # the watch waits up to STACK_WAIT for the stack; the launcher waited up to 5 s for it
-    assert took < watch.STACK_WAIT / 2, (took, stderr)
 
 
 @pytest.mark.distributed
@@ -210,20 +209,27 @@ def test_ctrl_c_in_the_first_seconds_of_a_launch_ends_it_quietly_and_at_once(
     waiting for its fork printed KeyboardInterrupt's traceback and the launcher waited for the
     template to finish importing torch (10.8 s after a Ctrl-C at 4 s), and a KeyboardInterrupt
     inside the launcher's own import of torch was caught by the import's ``try``s: the launcher
-    went on and ran the script to its end."""
+    went on and ran the script to its end (here: 120 s asleep, a stop lost by name after 60).
+    Once the launcher has ended, no process of its run is left: the template it no longer
+    waits for (killed mid-import), the rank clients, the ranks. How long the stop took is not
+    asserted: any bound under the old 10.8 s is one a loaded machine can cross."""
     script = tmp_path / "sleeps.py"
     script.write_text("import time\nimport torch\n\ntime.sleep(120)\n")
+    tag = f"{os.getpid()}-first-seconds-{time.monotonic_ns()}"
     command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
-    process = start(command, cwd=tmp_path, env=_environment("0"))
+    process = start(command, cwd=tmp_path, env={**_environment("0"), "ACCELIFY_TEST_RUN": tag})
     try:
         time.sleep(after)
-        interrupted = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
         stderr = _after_the_stop(process)
-        took = time.monotonic() - interrupted
+        left = _gone_within(tag, 30)
     finally:
         _kill_group(process.pid)
+        for pid in _processes_of_the_run(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert process.returncode == 130, stderr
+    assert left == [], stderr
     assert "Traceback" not in stderr, stderr
     lines = stderr.strip().splitlines()
     (headline,) = (
@@ -231,7 +237,6 @@ def test_ctrl_c_in_the_first_seconds_of_a_launch_ends_it_quietly_and_at_once(
     )
     # once the ranks have started, each says what it was doing (`  rank 1 was running`)
     assert all(line.startswith("  rank ") for line in lines[headline + 1 :]), stderr
-    assert took < 5, (took, stderr)
 
 
 @pytest.mark.distributed
@@ -426,6 +431,16 @@ def test_the_sweep_removes_only_the_folders_of_launchers_that_are_gone(tmp_path:
     assert sorted(p.name for p in removed) == sorted([names["gone"], names["gone_ranks"]])
     left = {p.name for p in tmp_path.iterdir()}
     assert left == {names["live"], names["other_namespace"], names["other_kind"], gone + "file"}
+
+
+def _gone_within(tag: str, seconds: float) -> list[int]:
+    """The processes of the run (`_processes_of_the_run`) still there ``seconds`` after the call:
+    the launcher's own stop or a lifeline's SIGKILL ends each in milliseconds, however loaded
+    the machine; the deadline is for a process left running, which then fails by its pid."""
+    deadline = time.monotonic() + seconds
+    while (left := _processes_of_the_run(tag)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 def _processes_of_the_run(tag: str) -> list[int]:

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -97,3 +98,65 @@ def test_a_rank_that_never_answers_gives_no_stack(tmp_path: Path, monkeypatch) -
         sleeper.kill()
         sleeper.wait()
     assert os.path.exists(path)
+
+
+#: A rank that says when it is asked for its stack (``asked`` on stdout), then dumps a whole one
+#: only once the file ``argv[3]`` exists: the test decides whether the dump comes before or
+#: after the watch is halted.
+DUMPS_WHEN_TOLD = textwrap.dedent(
+    """
+    import json, os, signal, sys, time, threading
+    path, signum, told = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    main = threading.main_thread().ident
+    out = open(path, "w")
+    out.write(json.dumps({"main_thread": main, "skip": []}) + "\\n")
+    out.flush()
+
+    def dump(*_):
+        print("asked", flush=True)
+        while not os.path.exists(told):
+            time.sleep(0.01)
+        out.write(f"Current thread 0x{main:016x} (most recent call first):\\n")
+        out.write('  File "/user/train.py", line 9 in <module>\\n')
+        out.flush()
+
+    signal.signal(signum, dump)
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.01)
+    """
+)
+
+
+def test_a_halted_watch_reads_no_stack_dumped_after_the_halt(tmp_path: Path, monkeypatch) -> None:
+    """A Ctrl-C halts the watch (`watch.Watcher.halt`) while it waits for a busy rank's stack:
+    the wait ends there, and a dump that comes after the halt is not read into a report nobody
+    waits for. Before, the watch went on waiting for the dump (up to `watch.STACK_WAIT`), the
+    launcher's stop waited for the watch, and the half-made report was printed after the stop.
+    Told by what the wait returns, never by how long it took: the deadline is far beyond any
+    load's delay, and a wait the halt did not end reads the whole dump that follows it."""
+    monkeypatch.setattr(watch, "STACK_WAIT", 600.0)
+    told = tmp_path / "told"
+    rank = subprocess.Popen(
+        [sys.executable, "-c", DUMPS_WHEN_TOLD, str(stack_path(tmp_path, 1)),
+         str(int(STACK_SIGNAL)), str(told)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    watcher = watch.Watcher(tmp_path, hang_timeout=1)
+    read: list[list[tuple[str, int, str]]] = []
+    waiting = threading.Thread(
+        target=lambda: read.append(_stack(tmp_path, 1, rank.pid, watcher._halted))
+    )
+    try:
+        assert rank.stdout is not None and rank.stdout.readline() == "ready\n"
+        waiting.start()
+        assert rank.stdout.readline() == "asked\n"  # the watch waits for the dump
+        watcher.halt()
+        told.touch()  # the rank dumps its whole stack, after the halt
+        waiting.join(timeout=120)
+    finally:
+        rank.kill()
+        rank.wait()
+    assert not waiting.is_alive(), "the halted watch still waits for the rank's stack"
+    assert read == [[]]
