@@ -81,6 +81,8 @@ CASES = [
     "loaders_dict_of_dicts_left_whole",
     "experiment_sweep_returns_the_model",
     "loaders_from_a_returned_tuple_read_first_by_len",
+    "shared_loop_over_loader_and_optimizer_pairs",
+    "shared_loop_over_a_zip_of_names_and_loaders_sends_every_batch_to_the_device",
 ]
 
 
