@@ -1,7 +1,7 @@
 """A model held in a record (a ``@dataclass``, a ``NamedTuple``, a ``SimpleNamespace``) built with
 keyword arguments is the object it was built from: ``state.model(x)`` runs the prepared model on
 the device, so a batch of a loader the conversion leaves whole (here one summed in a generator
-expression) is sent there, as ``model(x)``'s would be."""
+expression) is sent there, as ``model(x)``'s would be, also where a helper receives the record."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 {record}
+
+
+def accuracy(state, data):
+    with torch.no_grad():
+        return sum((state.model(x).argmax(1) == y).sum().item() for x, y in data)
 
 
 def main():
@@ -50,6 +55,10 @@ _SHAPES = {
     "dataclass": ("from dataclasses import dataclass", _DATACLASS, "TrainState", _INLINE),
     "namedtuple": ("from typing import NamedTuple", _NAMED_TUPLE, "TrainState", _INLINE),
     "namespace": ("from types import SimpleNamespace", "", "SimpleNamespace", _INLINE),
+    "dataclass-in-a-helper": (
+        "from dataclasses import dataclass", _DATACLASS, "TrainState",
+        "accuracy(state, val_loader)",
+    ),
 }  # fmt: skip
 
 
