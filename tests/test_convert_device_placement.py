@@ -7,8 +7,9 @@ Here the converted script runs with ``accelerator.device`` set to the ``meta`` d
 left on the CPU that meets one on the device raises as it would on a GPU ("Tensor on device
 cpu is not on the expected device meta!"). Meta tensors hold no data: ``.item()`` of one reads
 1 and a copy of one to the CPU (``send_to_device(out, "cpu")``, ``.cpu()``) is zeros of its
-shape, so the run goes on past the first logged loss and the first output sent back, to a
-second model trained after the first (finetune) and to the evaluation after training. It
+shape (ones for integers: lengths handed back to ``pack_padded_sequence`` must be positive), so
+the run goes on past the first logged loss and the first output sent back, to a second model
+trained after the first (finetune) and to the evaluation after training. It
 stops at a read these cannot stand in for (``.tolist()``, a format of a meta tensor) or ends.
 """
 
@@ -37,7 +38,8 @@ def read(tensor):
     return True if tensor.dtype == torch.bool else 1.0 if tensor.is_floating_point() else 1
 
 def host(tensor):
-    copy = torch.zeros(tensor.shape, dtype=tensor.dtype)
+    fill = torch.zeros if tensor.is_floating_point() else torch.ones
+    copy = fill(tensor.shape, dtype=tensor.dtype)
     return copy.requires_grad_(tensor.requires_grad and tensor.is_floating_point())
 
 def to(tensor, *args, **kwargs):
@@ -57,8 +59,13 @@ else:
     print("FINISHED")
 """
 
-#: Wording of torch's errors for tensors on two devices in one operation.
-_MIXED = ("is not on the expected device", "Expected all tensors to be on the same device")
+#: Wording of torch's errors for tensors on two devices in one operation, or on the device
+#: where the host is required (pack_padded_sequence's lengths).
+_MIXED = (
+    "is not on the expected device",
+    "Expected all tensors to be on the same device",
+    "argument should be a 1D CPU int64 tensor",
+)
 
 CASES = [
     "loop_targets_joined_from_factories_moved_to_the_device",
@@ -81,6 +88,10 @@ CASES = [
     "loaders_dict_of_dicts_left_whole",
     "experiment_sweep_returns_the_model",
     "loaders_from_a_returned_tuple_read_first_by_len",
+    "shared_loop_over_loader_and_optimizer_pairs",
+    "shared_loop_over_a_zip_of_names_and_loaders_sends_every_batch_to_the_device",
+    "pack_padded_sequence_lengths_from_a_prepared_loader_back_on_the_cpu",
+    "dataclass_state_model_called_on_a_whole_loaders_batches_sends_them_to_the_device",
 ]
 
 

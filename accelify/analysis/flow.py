@@ -33,6 +33,7 @@ from accelify.analysis.syntax import (
     rebound_targets,
     root_name,
     self_parameter,
+    strip_self_methods,
     target_names,
     walk,
 )
@@ -1511,15 +1512,30 @@ class ObjectFlow:
 
     def outer_name(self, parameter: str | None, at: cst.CSTNode) -> str | None:
         """The caller's name for a helper's parameter: ``scheduler`` for ``sched`` in
-        ``def train(sched)`` called as ``train(scheduler)``."""
+        ``def train(sched)`` called as ``train(scheduler)``; and the name a record's field was
+        built from (`record_source`): ``model`` for ``state.model`` of ``state =
+        TrainState(model=model.to(device), optimizer=opt)``."""
         function = self.placement.enclosing_function(at)
-        if function is None or parameter is None:
+        if parameter is None:
             return parameter
-        for call, implicit in self.calls_of(function):
+        for call, implicit in self.calls_of(function) if function is not None else ():
             for name, argument in bound_arguments(function, call, implicit):
                 if name == parameter:
                     return dotted(argument.value)
-        return parameter
+        return self.record_source(parameter, at) or parameter
+
+    def record_source(self, name: str, at: cst.CSTNode) -> str | None:
+        """The one name every construction of the record ``name``'s base holds passes for its
+        field (`record_arguments`), seen through self-returning calls (``model.to(device)``):
+        the field is that very object. None when a construction passes anything else, or some
+        ``x.field = ...`` of the file may have set the field since."""
+        if name.count(".") != 1 or name.startswith("self."):
+            return None
+        passed = self.record_arguments(name, at)
+        sources = {dotted(strip_self_methods(value)) for value, _ in passed}
+        if len(sources) != 1 or None in sources or _set_anywhere(self.model, name.split(".")[1]):
+            return None
+        return sources.pop()
 
 
 def _scheduled_optimizer(model: ScriptModel, schedule: cst.BaseExpression | None) -> set[str]:

@@ -1,5 +1,6 @@
 """Names a loop takes from a collection: ``loader`` in ``for name, loader in loaders.items():``,
-``for loader in loaders.values():`` or ``for loader in (val_loader, test_loader):``, written as a
+``for loader in loaders.values():``, ``for loader in (val_loader, test_loader):`` or ``for name,
+loader, opt in [("train", train_loader, optimizer), ("val", val_loader, None)]:``, written as a
 ``for`` statement or a comprehension around the place that reads it.
 
 Evaluating several sets by one loop (``{name: evaluate(model, loader) for name, loader in
@@ -12,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, has_parameter
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 _COMPREHENSION_TYPES = frozenset(_COMPREHENSIONS)
@@ -25,9 +26,138 @@ def iterated_sources(model: ScriptModel, name: str, at: cst.CSTNode) -> list[str
     for ancestor in model.ancestors(at):
         for target, iterable in _loops_binding(ancestor, at, model):
             sources = _taken_from(target, iterable, name)
+            if sources is None:
+                sources = _taken_from_rows(model, target, iterable, ancestor, name)
             if sources is not None:
                 return sources
     return []
+
+
+def _taken_from_rows(
+    model: ScriptModel,
+    target: cst.BaseExpression,
+    iterable: cst.BaseExpression,
+    at: cst.CSTNode,
+    name: str,
+) -> list[str] | None:
+    """The names ``name`` takes pass by pass from rows written out (`row_bindings`), when each
+    pass binds it to a name; None when the loop does not bind it so."""
+    passes = row_bindings(model, target, iterable, at)
+    if not passes or any(name not in bound for bound in passes):
+        return None
+    names = [dotted(bound[name]) for bound in passes]
+    return names if all(n is not None for n in names) else None  # type: ignore[return-value]
+
+
+def row_bindings(
+    model: ScriptModel, target: cst.BaseExpression, iterable: cst.BaseExpression, at: cst.CSTNode
+) -> list[dict[str, cst.BaseExpression]] | None:
+    """What ``for target in iterable`` binds in each pass, when the rows are written out: a
+    list or tuple of tuples (``[("train", train_loader, optimizer), ("val", val_loader,
+    None)]``), also through the one name assigned it, or a ``zip``/``enumerate`` of such lists
+    (``zip(["train", "val"], [train_loader, val_loader])``). The target may nest (``name,
+    (loader, opt)``) and star (``name, loader, *_``): a starred name and an ``enumerate`` count
+    are left out of the mapping. None when a row or its shape is not written out."""
+    rows = _rows(model, iterable, at)
+    if rows is None:
+        return None
+    passes = []
+    for row in rows:
+        bound: dict[str, cst.BaseExpression] = {}
+        if not _bind(target, row, bound):
+            return None
+        passes.append(bound)
+    return passes
+
+
+def _rows(
+    model: ScriptModel, iterable: cst.BaseExpression, at: cst.CSTNode
+) -> list[cst.BaseExpression | None] | None:
+    """The values iterating ``iterable`` gives, in order; None (an element) where a pass gives
+    a value not written out (the count of ``enumerate``, a row ``zip`` builds holds them)."""
+    literal = literal_sequence(model, iterable, at)
+    if literal is not None:
+        if any(isinstance(e, cst.StarredElement) for e in literal.elements):
+            return None
+        return [e.value for e in literal.elements]
+    if not isinstance(iterable, cst.Call) or dotted(iterable.func) not in ("zip", "enumerate"):
+        return None
+    if any(a.star or a.keyword is not None for a in iterable.args) or not iterable.args:
+        return None
+    columns = [_rows(model, a.value, at) for a in iterable.args]
+    if any(c is None for c in columns):
+        return None
+    if dotted(iterable.func) == "enumerate":
+        if len(columns) != 1:
+            return None
+        columns = [[None] * len(columns[0]), columns[0]]  # type: ignore[arg-type]
+    return [_Row(values) for values in zip(*columns, strict=False)]  # type: ignore[misc]
+
+
+class _Row(tuple):  # type: ignore[type-arg]
+    """The values one pass of a ``zip`` gives, one per zipped sequence: a row no tuple of the
+    source holds as written."""
+
+
+def _bind(
+    target: cst.BaseExpression,
+    value: cst.BaseExpression | _Row | None,
+    bound: dict[str, cst.BaseExpression],
+) -> bool:
+    """Adds what ``target`` binds when assigned ``value`` to ``bound``; False when the value's
+    shape is not written out where the target unpacks it."""
+    if isinstance(target, cst.Name):
+        if value is not None and not isinstance(value, _Row):
+            bound[target.value] = value
+        return True
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return False
+    if isinstance(value, _Row):
+        values: list[cst.BaseExpression | _Row | None] = list(value)
+    elif isinstance(value, (cst.Tuple, cst.List)) and not any(
+        isinstance(e, cst.StarredElement) for e in value.elements
+    ):
+        values = [e.value for e in value.elements]
+    else:
+        return False
+    parts = list(target.elements)
+    stars = [i for i, e in enumerate(parts) if isinstance(e, cst.StarredElement)]
+    if len(stars) > 1:
+        return False
+    if stars:
+        star = stars[0]
+        after = len(parts) - star - 1
+        if len(values) < len(parts) - 1:
+            return False
+        paired = list(zip(parts[:star], values, strict=False))
+        paired += list(zip(parts[star + 1 :], values[len(values) - after :], strict=True))
+    elif len(values) != len(parts):
+        return False
+    else:
+        paired = list(zip(parts, values, strict=True))
+    return all(_bind(part.value, v, bound) for part, v in paired)
+
+
+def literal_sequence(
+    model: ScriptModel, node: cst.BaseExpression, at: cst.CSTNode
+) -> cst.List | cst.Tuple | None:
+    """``["train", "val"]`` written in the ``for``, or in the one assignment of the name it
+    reads (``phases = ["train", "val"]`` in the same function, or at module level)."""
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return node
+    if not isinstance(node, cst.Name):
+        return None
+    scope = model.scope_of(at)
+    if isinstance(scope, cst.FunctionDef) and has_parameter(scope, node.value):
+        return None  # a parameter: what the callers pass
+    assigns = [
+        a
+        for a in model.index.assignments_to(node.value)
+        if model.scope_of(a) in (scope, model.module)
+    ]
+    if len(assigns) != 1 or not isinstance(assigns[0].value, (cst.List, cst.Tuple)):
+        return None
+    return assigns[0].value
 
 
 def _loops_binding(

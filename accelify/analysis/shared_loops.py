@@ -14,10 +14,18 @@ from itertools import pairwise
 import libcst as cst
 
 from accelify.analysis.dataflow import between, bound_by
+from accelify.analysis.iterated import literal_sequence, row_bindings
 from accelify.analysis.loops import find_backward, phase_name
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import all_params, assigned_targets, dotted, has_parameter, walk
+from accelify.analysis.syntax import (
+    all_params,
+    assigned_targets,
+    dotted,
+    has_parameter,
+    target_names,
+    walk,
+)
 
 _UNKNOWN = object()
 _PRESENT = object()  # a value known not to be None (an optimizer)
@@ -97,12 +105,12 @@ def _shared_loop_calls(
         for call, implicit in calls:
             handed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
             unrolled = _per_iteration(model, call, handed)
-            for passed in unrolled:
+            for passed, phase in unrolled:
                 loader = dotted(passed.get(loop.iterable))
                 if loader is None:
                     continue
                 values = {
-                    flag: _flag_value(model, call, passed.get(flag, defaults[flag]), "", "")
+                    flag: _flag_value(model, call, passed.get(flag, defaults[flag]), *phase)
                     for flag in flags
                 }
                 outcomes = {_evaluate(test, values, aliases) for test in tests}
@@ -120,38 +128,44 @@ def _shared_loop_calls(
 
 def _per_iteration(
     model: ScriptModel, call: cst.Call, passed: dict[str, cst.BaseExpression]
-) -> list[dict[str, cst.BaseExpression]]:
+) -> list[tuple[dict[str, cst.BaseExpression], tuple[str, str]]]:
     """The arguments of ``call`` in each pass of an enclosing ``for name, loader, opt in
-    [("train", train_loader, optimizer), ("val", val_loader, None)]:`` whose targets it hands
-    on: one mapping per element, the targets replaced by the element's values (so each loader
-    is seen with its own flag); just ``passed`` when no such loop binds what it hands."""
-    read = {v.value for v in passed.values() if isinstance(v, cst.Name)}
+    [("train", train_loader, optimizer), ("val", val_loader, None)]:`` (any shape of rows
+    `row_bindings` reads) whose targets it hands on: one mapping per element, the targets
+    replaced by the element's values (so each loader is seen with its own flag), with the
+    pass's phase (``("name", "train")``: the one target bound to a string, which a flag
+    written ``optimizer if name == "train" else None`` is decided by); just ``passed`` when no
+    such loop binds what it hands."""
+    read = {n.value for v in passed.values() for n in walk(v) if isinstance(n, cst.Name)}
     function = model.index.enclosing_function(call)
     for ancestor in model.ancestors(call):
         if ancestor is function:
             break
-        if not isinstance(ancestor, cst.For) or not isinstance(ancestor.target, cst.Tuple):
+        if not isinstance(ancestor, cst.For) or not read & target_names(ancestor.target):
             continue
-        targets = [e.value for e in ancestor.target.elements]
-        names = [t.value for t in targets if isinstance(t, cst.Name)]
-        if len(names) != len(targets) or not read & set(names):
-            continue
-        rows = _literal_sequence(model, ancestor.iter, ancestor)
-        if rows is None:
-            return [passed]
-        unrolled = []
-        for row in rows.elements:
-            if not isinstance(row.value, cst.Tuple) or len(row.value.elements) != len(names):
-                return [passed]
-            bound = dict(zip(names, (e.value for e in row.value.elements), strict=True))
-            unrolled.append(
+        passes = row_bindings(model, ancestor.target, ancestor.iter, ancestor)
+        if passes is None:
+            return [(passed, ("", ""))]
+        return [
+            (
                 {
                     p: bound.get(v.value, v) if isinstance(v, cst.Name) else v
                     for p, v in passed.items()
-                }
+                },
+                _phase_of(bound),
             )
-        return unrolled
-    return [passed]
+            for bound in passes
+        ]
+    return [(passed, ("", ""))]
+
+
+def _phase_of(bound: dict[str, cst.BaseExpression]) -> tuple[str, str]:
+    """``("name", "train")`` when one name of a pass is bound to a string, else no phase."""
+    strings = [(n, v) for n, v in bound.items() if isinstance(_literal(v), str)]
+    if len(strings) != 1:
+        return "", ""
+    name, value = strings[0]
+    return name, str(_literal(value))
 
 
 def _backward_tests(model: ScriptModel, loop: Loop) -> list[cst.BaseExpression]:
@@ -478,31 +492,9 @@ def _phase_values(model: ScriptModel, loop: cst.For, phase: str | None) -> list[
             and isinstance(ancestor.target, cst.Name)
             and ancestor.target.value == phase
         ):
-            phases = _literal_sequence(model, ancestor.iter, ancestor)
+            phases = literal_sequence(model, ancestor.iter, ancestor)
             if phases is None:
                 return None
             values = [_literal(e.value) for e in phases.elements]
             return values if all(isinstance(v, str) for v in values) else None  # type: ignore[return-value]
     return None
-
-
-def _literal_sequence(
-    model: ScriptModel, node: cst.BaseExpression, at: cst.CSTNode
-) -> cst.List | cst.Tuple | None:
-    """``["train", "val"]`` written in the ``for``, or in the one assignment of the name it
-    reads (``phases = ["train", "val"]`` in the same function, or at module level)."""
-    if isinstance(node, (cst.List, cst.Tuple)):
-        return node
-    if not isinstance(node, cst.Name):
-        return None
-    scope = model.scope_of(at)
-    if isinstance(scope, cst.FunctionDef) and has_parameter(scope, node.value):
-        return None  # a parameter: what the callers pass
-    assigns = [
-        a
-        for a in model.index.assignments_to(node.value)
-        if model.scope_of(a) in (scope, model.module)
-    ]
-    if len(assigns) != 1 or not isinstance(assigns[0].value, (cst.List, cst.Tuple)):
-        return None
-    return assigns[0].value

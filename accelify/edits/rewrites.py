@@ -239,6 +239,13 @@ def on_model_device_in_parts(
     return (*sent, Wrap(call, SentTo('"cpu"'))) if back else tuple(sent)
 
 
+def back_on_host(value: cst.BaseExpression) -> Replace:
+    """``lengths`` -> ``send_to_device(lengths, "cpu")``: a value an API takes on the host only
+    (``pack_padded_sequence``'s lengths) that a prepared loader may hand over on the device; a
+    list of ints, which ``.cpu()`` would not take, is handed back as it is."""
+    return Replace(value, SentTo('"cpu"'))
+
+
 def made_on_device(call: cst.Call, device: str) -> Replace:
     """``torch.randn(b, z)`` -> ``torch.randn(b, z, device=device)``."""
     return Replace(call, WithKeyword("device", device))

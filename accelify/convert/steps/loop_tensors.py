@@ -262,7 +262,7 @@ def _parameter_taking(ctx: Context, argument: cst.Arg) -> tuple[cst.FunctionDef,
 
 def _reads(ctx: Context, name: str, binding: cst.CSTNode) -> list[cst.CSTNode]:
     """The reads of ``name`` where ``binding`` binds it: the class for ``self.x``, else the
-    function (or, for a global, the module less the functions that bind it themselves)."""
+    function (or, for a global, the module), less the functions in it that bind it themselves."""
     if name.startswith("self."):
         scope: cst.CSTNode | None = ctx.facts.placement.class_of(binding)
     elif isinstance(binding, cst.FunctionDef):
@@ -280,7 +280,8 @@ def _reads(ctx: Context, name: str, binding: cst.CSTNode) -> list[cst.CSTNode]:
         ):
             continue
         function = ctx.facts.placement.enclosing_function(node)
-        if scope is ctx.model.module and function is not None and _binds_itself(function, name):
+        # a function nested in the scope (``def step(x, y)`` in ``main()``) with its own name
+        if function is not None and function is not scope and _binds_itself(function, name):
             continue
         found.append(node)
     return found
