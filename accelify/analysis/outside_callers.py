@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.project_modules import (
     calls_any,
     imported_files,
@@ -43,7 +44,14 @@ from accelify.analysis.project_modules import (
     split_member,
     top_level_names,
 )
-from accelify.analysis.syntax import dotted, has_parameter, rebound_targets, walk
+from accelify.analysis.syntax import (
+    all_params,
+    assigned_targets,
+    dotted,
+    has_parameter,
+    rebound_targets,
+    walk,
+)
 
 if TYPE_CHECKING:
     from accelify.analysis.imported_returns import Returned
@@ -197,9 +205,7 @@ class ProjectView:
             for parameter in _parameters(function, implicit):
                 slots.setdefault(parameter, []).append(handed.get(parameter))
         self.run_by_every_rank = {
-            function: where
-            for function, where in sites.items()
-            if function not in excluded and function.name.value != "__init__"
+            function: where for function, where in sites.items() if function not in excluded
         }
         found: dict[cst.FunctionDef, dict[str, Given]] = {}
         for function, slots in answers.items():
@@ -550,6 +556,8 @@ def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, 
         name = dotted(call.func)
         qualified = caller.imports.resolve(name) if name else None
         split = split_member(qualified, path) if qualified else None
+        if split is None and isinstance(call.func, cst.Name):
+            split = _defaulted_class(caller, call, path)
         if split is not None:
             yield call, split[0], split[1]
             continue
@@ -562,6 +570,35 @@ def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, 
         made = _instance_of(caller, call.func.value, path)
         if made is not None:
             yield call, made[0], f"{made[1]}.{call.func.attr.value}"
+
+
+def _defaulted_class(caller: ScriptModel, call: cst.Call, path: Path) -> tuple[Path, str] | None:
+    """The project class a call of a parameter builds where the parameter defaults to it and
+    nothing in the file hands it another (``checkpoint_manager(accelerator=accelerator)`` in
+    ``def __init__(self, ..., checkpoint_manager=CheckPointManager)``): the class its callers
+    leave in place, as `_project_calls` reads a call of the class by its name."""
+    function = caller.index.enclosing_function(call)
+    name = dotted(call.func)
+    if function is None or name is None:
+        return None
+    param = next((p for p in all_params(function.params) if p.name.value == name), None)
+    default = dotted(param.default) if param is not None and param.default is not None else None
+    qualified = caller.imports.resolve(default) if default else None
+    split = split_member(qualified, path) if qualified else None
+    if split is None or not split[1][:1].isupper():
+        return None  # a function's result, or no module of the project
+    if any(
+        dotted(target) == name
+        for assignment in caller.index.own_assignments(function)
+        for target in assigned_targets(assignment)
+    ):
+        return None  # bound again before the call, maybe
+    handed = caller.call_graph.calls_of(function)
+    if any(
+        p == name for site, implicit in handed for p, _ in bound_arguments(function, site, implicit)
+    ):
+        return None  # a caller of the file hands another class
+    return split
 
 
 def _instance_of(
