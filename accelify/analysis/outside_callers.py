@@ -103,6 +103,10 @@ class HandedCall:
     #: answered from the analysis the caller was linted with: ACC304 of the factory's module
     #: reads it here instead of analysing the caller again)
     unaccumulated: bool = False
+    #: the Accelerators the accelerator this call hands is made by, as the caller knows them
+    #: (`handed_accelerators.made_for`, also two modules away): each one's ``mixed_precision``
+    #: and place, relative to the caller's folder
+    accelerators: tuple[tuple[str, str], ...] = ()
 
     def where(self, to: Path) -> str:
         """``train.py:12``, relative to the called module's folder."""
@@ -117,11 +121,12 @@ class HandedCall:
             self.guarded,
             self.arguments,
             self.unaccumulated,
+            self.accelerators,
         ]
 
     @classmethod
     def from_list(cls, item: list) -> HandedCall:
-        module, member, caller, line, guarded, arguments, unaccumulated = item
+        module, member, caller, line, guarded, arguments, unaccumulated, accelerators = item
         return cls(
             str(module),
             str(member),
@@ -130,6 +135,7 @@ class HandedCall:
             bool(guarded),
             tuple((int(a), str(b), str(c), bool(d)) for a, b, c, d in arguments),
             bool(unaccumulated),
+            tuple((str(precision), str(where)) for precision, where in accelerators),
         )
 
 
@@ -311,6 +317,27 @@ class ProjectView:
                 if steps is not None:
                     self.factory_steps[(str(split[0].resolve()), split[1])] = steps
         return found
+
+    def factory_construction(
+        self, model: ScriptModel, call: cst.Call
+    ) -> tuple[cst.Call, ScriptModel, Path] | None:
+        """The ``Accelerator(...)`` that a factory of another project module, run by ``call``
+        of this file (``accelerator = make_accelerator(args)``), returns, with that module's
+        analysis (alone) and file; None for any other call."""
+        from accelify.analysis.accelerator_objects import factory_constructions
+
+        name = dotted(call.func)
+        load = self.load_alone or self.load
+        qualified = model.imports.resolve(name) if name and load is not None else None
+        split = split_member(qualified, self.path) if qualified else None
+        if split is None or load is None or _ACCELERATOR_CLASS not in read(split[0]):
+            return None
+        other = load(split[0])
+        if other is None:
+            return None
+        self.read.add(split[0])  # a later edit of the factory changes the answer
+        made = factory_constructions(other).get(split[1])
+        return (made, other, split[0]) if made is not None else None
 
     def imported_returns(self, model: ScriptModel, call: cst.Call) -> Returned:
         """What ``call`` of the module returns where it runs a factory of another module of
@@ -526,6 +553,7 @@ def handed_calls(
         guarded = _guarded(caller, call)
         arguments = () if guarded else _handed(caller, call)
         steps = factories.get((str(module.resolve()), member))
+        accelerators = _accelerators_handed(caller, call, arguments)
         found.append(
             HandedCall(
                 str(module.resolve()),
@@ -535,9 +563,28 @@ def handed_calls(
                 guarded,
                 arguments,
                 steps is not None and accumulation_unhandled(caller, steps),
+                accelerators,
             )
         )
     return tuple(found)
+
+
+def _accelerators_handed(
+    caller: ScriptModel, call: cst.Call, arguments: tuple[tuple[int, str, str, bool], ...]
+) -> tuple[tuple[str, str], ...]:
+    """Where the accelerator ``call`` hands is made, as ``caller``'s analysis (with its own
+    callers) knows it: what the called module reads when its callers' analyses, loaded without
+    theirs, cannot tell (an accelerator handed on two modules away)."""
+    from accelify.analysis.handed_accelerators import made_for
+    from accelify.analysis.script_model import Kind
+
+    found: list[tuple[str, str]] = []
+    for index, _, kind, _ in arguments:
+        if kind == Kind.ACCELERATOR.value:
+            found += [
+                (m.precision, m.where) for m in made_for(caller, call, call.args[index].value)
+            ]
+    return tuple(dict.fromkeys(found))
 
 
 def project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, Path, str]]:
