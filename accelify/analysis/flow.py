@@ -24,7 +24,7 @@ from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.prepare_order import handed_before_prepare
 from accelify.analysis.prepare_outputs import renamed_from
-from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel, prepared_inline
 from accelify.analysis.syntax import (
     all_params,
     assigned_targets,
@@ -668,6 +668,8 @@ class ObjectFlow:
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         if loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared:
             return True
+        if isinstance(loop.node, cst.For) and prepared_inline(self.model, loop.node.iter):
+            return True  # ``for x, y in accelerator.prepare(test_loader):``
         if self.keyed_loaders(loop) or self.keyed_loaders_unknown(loop):
             return True
         return self._handed_prepared(loop.iterable, loop.node)
@@ -766,6 +768,8 @@ class ObjectFlow:
         """The loop reads a prepared loader, so each rank sees its own shard: by name, or as a
         helper's parameter that a call site fills with one (``evaluate(model, test_loader)``
         after prepare)."""
+        if isinstance(loop.node, cst.For) and prepared_inline(self.model, loop.node.iter):
+            return True  # ``for x, y in accelerator.prepare(test_loader):``
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         entry = self.returned_entry_read(loop)
         if entry is not None:  # ``state["val_loader"]``: the loader, not the dict it is in
