@@ -3,10 +3,14 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.accelerator_objects import without_accelerator
-from accelify.analysis.handed_accelerators import handed_accelerators
-from accelify.analysis.precision import (
+from accelify.analysis.accelerator_objects import local_factories, without_accelerator
+from accelify.analysis.handed_accelerators import (
     COMPUTED_PRECISION,
+    MadeAccelerator,
+    constructed_by,
+    handed_accelerators,
+)
+from accelify.analysis.precision import (
     accelerator_never_casts,
     accelerator_never_scales,
     cpu_autocast,
@@ -14,7 +18,7 @@ from accelify.analysis.precision import (
     made_precisions,
 )
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import dotted, is_accelerator_call, target_names, walk
 from accelify.lint.rule import (
     MULTI_BACKEND_TRAINER,
     PARITY_REFERENCE,
@@ -211,7 +215,7 @@ def _twice(what: str, script: ScriptModel) -> str:
     there, where its mixed_precision is changed."""
     made = made_precisions(script)
     own = _made_here(script)
-    places = sorted({made.where for made in handed_accelerators(script)}) if not own else []
+    places = sorted(_made_elsewhere(script)) if not own else []
     which = f"the Accelerator made at {', '.join(places)}" if places else "the Accelerator"
     if not made:
         whose = "the Accelerator (made elsewhere: its mixed_precision is not known here) may"
@@ -237,11 +241,34 @@ def _twice(what: str, script: ScriptModel) -> str:
 
 
 def _made_here(script: ScriptModel) -> bool:
-    """The file makes an Accelerator of its own (not one handed in)."""
+    """The file makes an Accelerator of its own: not one handed in, nor one a factory of another
+    module of the project returns (`_made_elsewhere` names that one's line)."""
     return any(
-        isinstance(binding.value, cst.Call) and not binding.received
+        isinstance(binding.value, cst.Call)
+        and not binding.received
+        and _factory_construction(script, binding.value) is None
         for binding in script.of_kind(Kind.ACCELERATOR)
     )
+
+
+def _made_elsewhere(script: ScriptModel) -> set[str]:
+    """Where the other modules of the project make the file's Accelerators (``setup_util.py:6``):
+    the construction a factory the file calls returns, else the ones handed in."""
+    factories = {
+        made.where
+        for binding in script.of_kind(Kind.ACCELERATOR)
+        if isinstance(binding.value, cst.Call)
+        and not binding.received
+        and (made := _factory_construction(script, binding.value)) is not None
+    }
+    return factories or {made.where for made in handed_accelerators(script)}
+
+
+def _factory_construction(script: ScriptModel, value: cst.Call) -> MadeAccelerator | None:
+    """The Accelerator a factory of another module of the project returns to ``value``."""
+    if is_accelerator_call(value) or dotted(value.func) in local_factories(script):
+        return None
+    return constructed_by(script, value)
 
 
 def _scales_by_hand(script: ScriptModel) -> bool:

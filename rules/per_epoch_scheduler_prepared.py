@@ -12,7 +12,7 @@ from accelify.analysis.scheduler_preparation import (
     steps_once_per_process,
 )
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import assigned_targets, dotted, unpacked_pairs, walk
+from accelify.analysis.syntax import walk
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
 _SCRIPT = (
@@ -405,8 +405,7 @@ class PerEpochSchedulerPrepared(Rule):
         flow = facts_of(script).flow
         prepared = prepared_schedulers(script)
         steps = flow.scheduler_steps(set(prepared))
-        kept = _kept_steps(script, set(prepared), steps)
-        steps += kept
+        kept = [step for step in steps if step.kept]
         per_batch = {step.scheduler for step in steps if step.per_batch}
         for name, argument in prepared.items():
             # a step per batch in one branch and per epoch in another is still a per-epoch step
@@ -466,78 +465,8 @@ def _message(
     return in_file_words(f"{where}: {why}; {advice}", accelerator_name(script, argument))
 
 
-def _kept_steps(
-    script: ScriptModel, prepared: set[str], found: list[SchedulerStep]
-) -> list[SchedulerStep]:
-    """``self.scheduler.step()`` where the class sets ``self.scheduler`` once, from a name
-    ``prepare`` returned in the same method, after that prepare (``model, optimizer, loader,
-    scheduler = self.accelerator.prepare(...)`` then ``self.scheduler = scheduler``): the
-    prepared scheduler under the instance's name, which the flow does not tell when
-    ``scheduler`` was a parameter of ``__init__``. Steps inside a loop over batches are left to
-    the flow."""
-    placement = facts_of(script).placement
-    known = {id(step.call) for step in found}
-    kept: list[SchedulerStep] = []
-    for call in script.calls:
-        if id(call) in known or not (
-            isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
-        ):
-            continue
-        owner = dotted(call.func.value)
-        owner_class = placement.class_of(call)
-        if owner is None or owner.count(".") != 1 or not owner.startswith("self."):
-            continue
-        if owner_class is None:
-            continue
-        source = _set_once_from(script, owner_class, owner)
-        if source is None or source[0] not in prepared:
-            continue
-        name, assign = source
-        if not _prepared_before(script, name, assign):
-            continue
-        kept.append(SchedulerStep(call, name, per_batch=False))
-    return kept
-
-
-def _set_once_from(
-    script: ScriptModel, owner: cst.ClassDef, attribute: str
-) -> tuple[str, cst.Assign] | None:
-    """The name ``self.<attribute>`` is set from, where the class sets it once, by a plain
-    (or unpacked) assignment of a name."""
-    sets: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
-    for node in walk(owner):
-        if isinstance(node, cst.AugAssign | cst.AnnAssign) and dotted(node.target) == attribute:
-            return None
-        if not isinstance(node, cst.Assign):
-            continue
-        for target in assigned_targets(node):
-            pairs = unpacked_pairs(target, node.value) or [(target, node.value)]
-            sets += [(value, node) for bound, value in pairs if dotted(bound) == attribute]
-            if any(
-                isinstance(element, cst.Element) and dotted(element.value) == attribute
-                for element in getattr(target, "elements", ())
-            ) and not unpacked_pairs(target, node.value):
-                return None  # ``self.a, self.scheduler = make()``: not a name
-    if len(sets) != 1 or not isinstance(sets[0][0], cst.Name):
-        return None
-    value, assign = sets[0]
-    return value.value, assign  # type: ignore[attr-defined, return-value]
-
-
-def _prepared_before(script: ScriptModel, name: str, assign: cst.CSTNode) -> bool:
-    """A ``prepare`` of the same function as ``assign`` binds ``name`` above it."""
-    placement = facts_of(script).placement
-    function = placement.enclosing_function(assign)
-    return any(
-        name in prepare.outputs
-        and placement.enclosing_function(prepare.call) is function
-        and script.order(prepare.call) < script.order(assign)
-        for prepare in script.prepare_calls
-    )
-
-
 def _once_per_pass(script: ScriptModel, step: cst.Call, kept: list[SchedulerStep]) -> bool:
-    """A kept step (`_kept_steps`) that runs once per pass over the data: in the nearest loop
+    """A kept step (`SchedulerStep.kept`) that runs once per pass over the data: in the nearest loop
     around it that trains over batches in a loop of its own and steps nothing else beside them
     (the flow's epoch loop, for the step the flow cannot name), or after a whole pass at the
     end of a method called from another module (`_after_a_whole_pass`)."""

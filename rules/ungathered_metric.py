@@ -3,10 +3,11 @@ from pathlib import Path
 
 import libcst as cst
 
+from accelify.analysis import side_effects
 from accelify.analysis.alike_tests import alike_by_its_callers
 from accelify.analysis.collectives import combines_ranks
 from accelify.analysis.evaluation import first_forward as _first_forward
-from accelify.analysis.evaluation import self_syncing_metrics
+from accelify.analysis.evaluation import self_syncing_metrics, written_rows
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.outside_callers import ProjectView
@@ -756,6 +757,37 @@ class UngatheredMetric(Rule):
             10,
             13,
         ),
+        # a prediction CSV written per batch on the main process, over the loader prepared in
+        # the loop's own line: the file holds the main process's shard (half the rows on 2)
+        Example(
+            HEADER
+            + "import csv\nimport torch\nmodel = accelerator.prepare(model)\n"
+            + "with open('preds.csv', 'w') as f:\n    writer = csv.writer(f)\n"
+            + "    with torch.no_grad():\n"
+            + "        for x, y in accelerator.prepare(test_loader):\n"
+            + "            preds = model(x).argmax(-1)\n"
+            + "            if accelerator.is_main_process:\n"
+            + "                writer.writerows(zip(preds.tolist(), y.tolist()))\n",
+            12,
+            17,
+        ),
+        # every rank writes, into the file on the main process and into os.devnull on the
+        # others (a regression script's write_predictions): the file holds one shard
+        Example(
+            HEADER
+            + "import csv, os\nimport torch\n"
+            + "model, test_loader = accelerator.prepare(model, test_loader)\n"
+            + "@torch.no_grad()\ndef write_predictions(path):\n"
+            + "    with open(path if accelerator.is_main_process else os.devnull, 'w') as f:\n"
+            + "        w = csv.writer(f)\n"
+            + "        for x, y, ids in test_loader:\n"
+            + "            pred = model(x).squeeze(1)\n"
+            + "            for i, t, p in zip(ids, y.tolist(), pred.tolist()):\n"
+            + "                w.writerow([i, t, p])\n"
+            + "write_predictions('preds.csv')\n",
+            13,
+            17,
+        ),
         # a tabular trainer's evaluation runs its training step with the update turned off;
         # the loss total is the finding's line, not the count of samples beside it
         Example(
@@ -774,6 +806,23 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # the rows gathered on every rank before the main process writes them
+        HEADER
+        + "import csv\nimport torch\nmodel = accelerator.prepare(model)\n"
+        + "with open('preds.csv', 'w') as f:\n    writer = csv.writer(f)\n"
+        + "    with torch.no_grad():\n"
+        + "        for x, y in accelerator.prepare(test_loader):\n"
+        + "            preds, y = accelerator.gather_for_metrics((model(x).argmax(-1), y))\n"
+        + "            if accelerator.is_main_process:\n"
+        + "                writer.writerows(zip(preds.tolist(), y.tolist()))\n",
+        # one file per rank, each its own shard's rows on purpose
+        HEADER
+        + "import csv\nimport torch\nmodel, test_loader = accelerator.prepare(model, test_loader)\n"
+        + "with open(f'preds_{accelerator.process_index}.csv', 'w') as f:\n"
+        + "    writer = csv.writer(f)\n"
+        + "    with torch.no_grad():\n"
+        + "        for x, y in test_loader:\n"
+        + "            writer.writerows(zip(model(x).argmax(-1).tolist(), y.tolist()))\n",
         # built before prepare: the evaluator keeps the original loader, which reads the whole
         # set on every rank; its full-set metric is no shard (convfix31's evaluator_early)
         _EVALUATOR_OBJECT.format(gather="").replace(
@@ -1303,6 +1352,30 @@ class UngatheredMetric(Rule):
                 message = _guarded_message(script, at, line) + _main_only_note(script, guarded)
                 yield self.finding(script, at, message=message)
         yield from self._comprehensions(script, facts, accelerators, all_calls)
+        yield from self._written_shards(script, facts)
+
+    def _written_shards(self, script: ScriptModel, facts: Facts) -> Iterator[Finding]:
+        """A row an evaluation over a prepared loader writes to a file per batch
+        (``writer.writerow(...)`` into a file opened before the loop, `written_rows`), of values
+        nothing in the loop gathers: each rank's rows are its shard's, and nothing after the
+        loop can gather a row already written, so the file holds 1/N of the set (the main
+        process's, where the write is kept to it). Reported at the write. A file named per rank
+        holds each rank's shard on purpose; an evaluation run on some ranks only is left to the
+        totals' findings (a gather there would hang)."""
+        for evaluation in facts.evaluations:
+            loop = evaluation.loop
+            if evaluation.already_gathered or not facts.flow.over_prepared_loader(loop):
+                continue
+            row = next(iter(written_rows(evaluation, script)), None)
+            if row is None or _evaluation_forward(script, facts, loop) is None:
+                continue
+            write = row.value  # type: ignore[attr-defined]
+            opened = side_effects.opened_for_writing(script, write)
+            if opened is not None and side_effects.per_rank_path(script, opened):
+                continue
+            if script.rank_guard_of(loop.node) or _rank_only_call(script, facts, loop.node):
+                continue
+            yield self.finding(script, write, message=_written_shard_message(script, write))
 
     def _left_by_this_caller(self, script: ScriptModel) -> Iterator[Finding]:
         """A call of another project module's evaluation helper that returns this rank's
@@ -1957,6 +2030,16 @@ def _inner_guard_message(script: ScriptModel, node: cst.CSTNode, kept: str, guar
         f"({name}.gather_for_metrics(..., use_gather_object=True) for Python objects), then "
         f"keep them there: only that rank gets here, so {kept} covers its shard of the "
         f"prepared loader only (a gather inside the test would hang)"
+    )
+
+
+def _written_shard_message(script: ScriptModel, write: cst.Call) -> str:
+    name = accelerator_name(script, write)
+    return (
+        "Gather before writing this row: the loader is prepared, so each batch is this rank's "
+        "shard and the file gets 1/N of the evaluation set's rows; "
+        f"{name}.gather_for_metrics(...) the values it writes, on every rank, before the write "
+        "(and write on the main process only)"
     )
 
 

@@ -994,3 +994,26 @@ def test_a_tuple_of_loaders_one_of_which_is_evaluated_in_a_comprehension_is_left
     assert any("data is evaluated in a comprehension" in line.text for line in converted.reviews), (
         converted.reviews
     )
+
+
+def test_an_attribute_kept_from_a_local_is_that_local():
+    """``self.scheduler = scheduler`` after the constructor's prepare returned ``scheduler``:
+    the attribute holds what the local held there (the scheduler its annotation names), and its
+    step in another method is that prepared scheduler's, named by the local."""
+    model = script(
+        """
+        class Trainer:
+            def __init__(self, model, loader, scheduler: torch.optim.lr_scheduler.LRScheduler):
+                self.accelerator = Accelerator()
+                model, loader, scheduler = self.accelerator.prepare(model, loader, scheduler)
+                self.model, self.loader, self.scheduler = model, loader, scheduler
+
+            def epoch(self):
+                self.scheduler.step()
+        """
+    )
+    flow = facts_of(model).flow
+    step = next(c for c in model.calls if dotted(c.func) == "self.scheduler.step")
+    assert flow.kind_of("self.scheduler", step) is Kind.SCHEDULER
+    [found] = flow.scheduler_steps({"scheduler"})
+    assert (found.scheduler, found.kept) == ("scheduler", True)

@@ -401,3 +401,14 @@ def test_per_token_logprobs_of_a_helper_module_name_where_the_padding_is_made():
     assert "tokenized with padding=True at line 8, from encode() at line 6" in message
     assert "from token_logprobs() at logprobs.py:4" in message
     assert "chosen_logps = accelerator.pad_across_processes(chosen_logps, dim=1)" in message
+
+
+def test_an_accelerator_handed_on_through_a_module_names_where_it_is_made():
+    """trainer.py hands engine.py the accelerator train.py made and handed it: the finding in
+    engine.py knows its mixed_precision and names train.py's line, where it is changed."""
+    messages = reported(PROJECTS / "grad_scaler_two_modules_from_an_fp16_accelerator")
+    assert "made at train.py:9 has mixed_precision 'fp16'" in messages[("engine.py", 7, "ACC504")]
+    factory = reported(PROJECTS / "grad_scaler_beside_an_fp16_accelerator_of_a_factory")
+    assert (
+        "made at setup_util.py:6 has mixed_precision 'fp16'" in factory[("train.py", 14, "ACC504")]
+    )

@@ -256,7 +256,13 @@ def _functions_around(model: ScriptModel, node: cst.CSTNode) -> list[cst.Functio
 def local_factories(model: ScriptModel) -> set[str]:
     """Module-level functions that return an ``Accelerator(...)`` (directly or through a name
     bound to one)."""
-    found = set()
+    return set(factory_constructions(model))
+
+
+def factory_constructions(model: ScriptModel) -> dict[str, cst.Call]:
+    """`local_factories` by name, each with the ``Accelerator(...)`` it returns (the first, where
+    it returns several): what a caller's accelerator is made with (its ``mixed_precision``)."""
+    found: dict[str, cst.Call] = {}
     for call in model.calls:
         if not model.call_names(call) & names.ACCELERATORS:
             continue
@@ -266,7 +272,7 @@ def local_factories(model: ScriptModel) -> set[str]:
         function = functions[0]
         parent = model.parent(call)
         if isinstance(parent, cst.Return):
-            found.add(function.name.value)
+            found.setdefault(function.name.value, call)
             continue
         if not is_assignment(parent) or len(assigned_targets(parent)) != 1:
             continue
@@ -275,7 +281,7 @@ def local_factories(model: ScriptModel) -> set[str]:
             isinstance(node, cst.Return) and node.value is not None and dotted(node.value) == bound
             for node in walk(function.body)
         ):
-            found.add(function.name.value)
+            found.setdefault(function.name.value, call)
     return found
 
 

@@ -24,7 +24,7 @@ from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.prepare_order import handed_before_prepare
 from accelify.analysis.prepare_outputs import renamed_from
-from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel, prepared_inline
 from accelify.analysis.syntax import (
     all_params,
     assigned_targets,
@@ -35,6 +35,7 @@ from accelify.analysis.syntax import (
     self_parameter,
     strip_self_methods,
     target_names,
+    unpacked_pairs,
     walk,
 )
 
@@ -263,7 +264,37 @@ class ObjectFlow:
                 found |= self._instance_attribute_kinds(name, at)
             finally:
                 self._following.discard((name, id(at)))
+        kept = self.kept_local(name, at) if not found else None
+        if kept is not None and (name, id(at)) not in self._following:
+            self._following.add((name, id(at)))  # ``self.scheduler = scheduler`` after prepare
+            try:
+                kind = self.kind_of(*kept)
+            finally:
+                self._following.discard((name, id(at)))
+            if kind is not None:
+                found.add(kind)
         return min(found, key=list(Kind).index) if found else None
+
+    def kept_local(self, name: str | None, at: cst.CSTNode) -> tuple[str, cst.Assign] | None:
+        """``self.scheduler`` read at ``at`` in a class that sets it once, from a plain name
+        (``self.scheduler = scheduler``, or unpacked: ``self.model, self.scheduler = model,
+        scheduler``): that name, with the assignment it is read at. The attribute is the object
+        the name holds there (a prepare call's output, a parameter of the constructor)."""
+        if name is None or not name.startswith("self.") or name.count(".") != 1:
+            return None
+        owner = self.placement.class_of(at)
+        return _set_once_from(owner, name) if owner is not None else None
+
+    def prepared_before(self, name: str, assign: cst.CSTNode) -> bool:
+        """A ``prepare`` of the same function as ``assign`` binds ``name`` above it: what
+        ``assign`` keeps of ``name`` is the prepared object."""
+        function = self.placement.enclosing_function(assign)
+        return any(
+            name in prepare.outputs
+            and self.placement.enclosing_function(prepare.call) is function
+            and self.model.order(prepare.call) < self.model.order(assign)
+            for prepare in self.model.prepare_calls
+        )
 
     def _renamed_output_kinds(self, name: str, at: cst.CSTNode) -> set[Kind]:
         """What ``prepare`` was handed at the position of ``name`` among its outputs, where it
@@ -669,6 +700,8 @@ class ObjectFlow:
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         if loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared:
             return True
+        if isinstance(loop.node, cst.For) and prepared_inline(self.model, loop.node.iter):
+            return True  # ``for x, y in accelerator.prepare(test_loader):``
         if self.keyed_loaders(loop) or self.keyed_loaders_unknown(loop):
             return True
         return self._handed_prepared(loop.iterable, loop.node)
@@ -767,6 +800,8 @@ class ObjectFlow:
         """The loop reads a prepared loader, so each rank sees its own shard: by name, or as a
         helper's parameter that a call site fills with one (``evaluate(model, test_loader)``
         after prepare)."""
+        if isinstance(loop.node, cst.For) and prepared_inline(self.model, loop.node.iter):
+            return True  # ``for x, y in accelerator.prepare(test_loader):``
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         entry = self.returned_entry_read(loop)
         if entry is not None:  # ``state["val_loader"]``: the loader, not the dict it is in
@@ -1279,10 +1314,14 @@ class ObjectFlow:
                 kept = self.kept_arguments(owner, call)
                 if kept and all(k in schedulers for k in kept) and len(set(kept)) == 1:
                     outer_name = kept[0]
+            local = self.kept_local(owner, call) if outer_name not in schedulers else None
+            kept = local is not None and local[0] in schedulers and self.prepared_before(*local)
+            if kept:
+                outer_name = local[0]  # ``self.scheduler = scheduler`` after prepare returned it
             per_batch = self._in_batch_loop(call, self.batch_loops, depth=3) or any(
                 self.placement.in_loop_body(call, loop) for loop in self.training_while_loops
             )
-            steps.append(SchedulerStep(call, outer_name, per_batch))
+            steps.append(SchedulerStep(call, outer_name, per_batch, kept))
         return steps
 
     @functools.cached_property
@@ -1557,6 +1596,33 @@ def _scheduled_optimizer(model: ScriptModel, schedule: cst.BaseExpression | None
     return {name} if name is not None else set()
 
 
+def _set_once_from(owner: cst.ClassDef, attribute: str) -> tuple[str, cst.Assign] | None:
+    """The name ``self.<attribute>`` is set from, where the class sets it once, by a plain
+    (or unpacked) assignment of a name."""
+    sets: list[tuple[cst.BaseExpression, cst.Assign]] = []
+    for node in walk(owner):
+        if isinstance(node, cst.AugAssign | cst.AnnAssign) and dotted(node.target) == attribute:
+            return None
+        if not isinstance(node, cst.Assign):
+            continue
+        for target in assigned_targets(node):
+            pairs = unpacked_pairs(target, node.value)
+            sets += [
+                (value, node)
+                for bound, value in pairs or [(target, node.value)]
+                if dotted(bound) == attribute
+            ]
+            if pairs is None and any(
+                isinstance(element, cst.Element) and dotted(element.value) == attribute
+                for element in getattr(target, "elements", ())
+            ):
+                return None  # ``self.a, self.scheduler = make()``: not a name
+    if len(sets) != 1 or not isinstance(sets[0][0], cst.Name):
+        return None
+    value, assign = sets[0]
+    return value.value, assign  # type: ignore[attr-defined]
+
+
 def _targets(node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[cst.BaseExpression]:
     """What an assignment binds: each target of ``a = b = value``, else its one target."""
     if isinstance(node, cst.Assign):
@@ -1703,6 +1769,9 @@ class SchedulerStep:
     call: cst.Call
     scheduler: str | None
     per_batch: bool
+    #: named through the attribute its class keeps the prepared scheduler under (``self.scheduler
+    #: = scheduler`` after prepare, `ObjectFlow.kept_local`): a method the file may never call
+    kept: bool = False
 
 
 def string_key_of(value: cst.BaseExpression) -> tuple[str, str] | None:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.project_modules import (
     calls_any,
     imported_files,
@@ -43,7 +44,14 @@ from accelify.analysis.project_modules import (
     split_member,
     top_level_names,
 )
-from accelify.analysis.syntax import dotted, has_parameter, rebound_targets, walk
+from accelify.analysis.syntax import (
+    all_params,
+    assigned_targets,
+    dotted,
+    has_parameter,
+    rebound_targets,
+    walk,
+)
 
 if TYPE_CHECKING:
     from accelify.analysis.imported_returns import Returned
@@ -95,6 +103,10 @@ class HandedCall:
     #: answered from the analysis the caller was linted with: ACC304 of the factory's module
     #: reads it here instead of analysing the caller again)
     unaccumulated: bool = False
+    #: the Accelerators the accelerator this call hands is made by, as the caller knows them
+    #: (`handed_accelerators.made_for`, also two modules away): each one's ``mixed_precision``
+    #: and place, relative to the caller's folder
+    accelerators: tuple[tuple[str, str], ...] = ()
 
     def where(self, to: Path) -> str:
         """``train.py:12``, relative to the called module's folder."""
@@ -109,11 +121,12 @@ class HandedCall:
             self.guarded,
             self.arguments,
             self.unaccumulated,
+            self.accelerators,
         ]
 
     @classmethod
     def from_list(cls, item: list) -> HandedCall:
-        module, member, caller, line, guarded, arguments, unaccumulated = item
+        module, member, caller, line, guarded, arguments, unaccumulated, accelerators = item
         return cls(
             str(module),
             str(member),
@@ -122,6 +135,7 @@ class HandedCall:
             bool(guarded),
             tuple((int(a), str(b), str(c), bool(d)) for a, b, c, d in arguments),
             bool(unaccumulated),
+            tuple((str(precision), str(where)) for precision, where in accelerators),
         )
 
 
@@ -197,9 +211,7 @@ class ProjectView:
             for parameter in _parameters(function, implicit):
                 slots.setdefault(parameter, []).append(handed.get(parameter))
         self.run_by_every_rank = {
-            function: where
-            for function, where in sites.items()
-            if function not in excluded and function.name.value != "__init__"
+            function: where for function, where in sites.items() if function not in excluded
         }
         found: dict[cst.FunctionDef, dict[str, Given]] = {}
         for function, slots in answers.items():
@@ -305,6 +317,27 @@ class ProjectView:
                 if steps is not None:
                     self.factory_steps[(str(split[0].resolve()), split[1])] = steps
         return found
+
+    def factory_construction(
+        self, model: ScriptModel, call: cst.Call
+    ) -> tuple[cst.Call, ScriptModel, Path] | None:
+        """The ``Accelerator(...)`` that a factory of another project module, run by ``call``
+        of this file (``accelerator = make_accelerator(args)``), returns, with that module's
+        analysis (alone) and file; None for any other call."""
+        from accelify.analysis.accelerator_objects import factory_constructions
+
+        name = dotted(call.func)
+        load = self.load_alone or self.load
+        qualified = model.imports.resolve(name) if name and load is not None else None
+        split = split_member(qualified, self.path) if qualified else None
+        if split is None or load is None or _ACCELERATOR_CLASS not in read(split[0]):
+            return None
+        other = load(split[0])
+        if other is None:
+            return None
+        self.read.add(split[0])  # a later edit of the factory changes the answer
+        made = factory_constructions(other).get(split[1])
+        return (made, other, split[0]) if made is not None else None
 
     def imported_returns(self, model: ScriptModel, call: cst.Call) -> Returned:
         """What ``call`` of the module returns where it runs a factory of another module of
@@ -520,6 +553,7 @@ def handed_calls(
         guarded = _guarded(caller, call)
         arguments = () if guarded else _handed(caller, call)
         steps = factories.get((str(module.resolve()), member))
+        accelerators = _accelerators_handed(caller, call, arguments)
         found.append(
             HandedCall(
                 str(module.resolve()),
@@ -529,9 +563,28 @@ def handed_calls(
                 guarded,
                 arguments,
                 steps is not None and accumulation_unhandled(caller, steps),
+                accelerators,
             )
         )
     return tuple(found)
+
+
+def _accelerators_handed(
+    caller: ScriptModel, call: cst.Call, arguments: tuple[tuple[int, str, str, bool], ...]
+) -> tuple[tuple[str, str], ...]:
+    """Where the accelerator ``call`` hands is made, as ``caller``'s analysis (with its own
+    callers) knows it: what the called module reads when its callers' analyses, loaded without
+    theirs, cannot tell (an accelerator handed on two modules away)."""
+    from accelify.analysis.handed_accelerators import made_for
+    from accelify.analysis.script_model import Kind
+
+    found: list[tuple[str, str]] = []
+    for index, _, kind, _ in arguments:
+        if kind == Kind.ACCELERATOR.value:
+            found += [
+                (m.precision, m.where) for m in made_for(caller, call, call.args[index].value)
+            ]
+    return tuple(dict.fromkeys(found))
 
 
 def project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, Path, str]]:
@@ -550,6 +603,8 @@ def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, 
         name = dotted(call.func)
         qualified = caller.imports.resolve(name) if name else None
         split = split_member(qualified, path) if qualified else None
+        if split is None and isinstance(call.func, cst.Name):
+            split = _defaulted_class(caller, call, path)
         if split is not None:
             yield call, split[0], split[1]
             continue
@@ -562,6 +617,35 @@ def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, 
         made = _instance_of(caller, call.func.value, path)
         if made is not None:
             yield call, made[0], f"{made[1]}.{call.func.attr.value}"
+
+
+def _defaulted_class(caller: ScriptModel, call: cst.Call, path: Path) -> tuple[Path, str] | None:
+    """The project class a call of a parameter builds where the parameter defaults to it and
+    nothing in the file hands it another (``checkpoint_manager(accelerator=accelerator)`` in
+    ``def __init__(self, ..., checkpoint_manager=CheckPointManager)``): the class its callers
+    leave in place, as `_project_calls` reads a call of the class by its name."""
+    function = caller.index.enclosing_function(call)
+    name = dotted(call.func)
+    if function is None or name is None:
+        return None
+    param = next((p for p in all_params(function.params) if p.name.value == name), None)
+    default = dotted(param.default) if param is not None and param.default is not None else None
+    qualified = caller.imports.resolve(default) if default else None
+    split = split_member(qualified, path) if qualified else None
+    if split is None or not split[1][:1].isupper():
+        return None  # a function's result, or no module of the project
+    if any(
+        dotted(target) == name
+        for assignment in caller.index.own_assignments(function)
+        for target in assigned_targets(assignment)
+    ):
+        return None  # bound again before the call, maybe
+    handed = caller.call_graph.calls_of(function)
+    if any(
+        p == name for site, implicit in handed for p, _ in bound_arguments(function, site, implicit)
+    ):
+        return None  # a caller of the file hands another class
+    return split
 
 
 def _instance_of(

@@ -20,7 +20,11 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.dataflow import variables_in
-from accelify.analysis.handed_accelerators import handed_accelerators
+from accelify.analysis.handed_accelerators import (
+    constructed_by,
+    construction_precision,
+    handed_accelerators,
+)
 from accelify.analysis.objects import attributes_kept
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import argument_value, assigned_targets, dotted
@@ -579,37 +583,19 @@ def _rewritten_call(model: ScriptModel, receiver: cst.CSTNode) -> bool:
     return method.attr.value in ("step", "update", "unscale_") and isinstance(after, cst.Expr)
 
 
-#: a ``mixed_precision`` the file computes (``args.mixed_precision``, ``**kwargs``)
-COMPUTED_PRECISION = "computed"
-
-
 def made_precisions(script: ScriptModel) -> set[str]:
-    """The ``mixed_precision`` of each Accelerator the file makes itself (`construction_precision`);
-    where it makes none, of each one the project's other modules make and hand it
-    (`handed_accelerators`: ``Trainer(accelerator, ...)`` of train.py). Empty where neither is
-    known (an accelerator received from a caller the project does not show, or held by a base
-    class: its precision is not known here)."""
-    found = {
-        construction_precision(binding.value)
-        for binding in script.of_kind(Kind.ACCELERATOR)
-        if isinstance(binding.value, cst.Call) and not binding.received
-    }
-    return found or {construction_precision(made.call) for made in handed_accelerators(script)}
-
-
-def construction_precision(construction: cst.Call) -> str:
-    """The literal ``mixed_precision`` of an Accelerator's construction (``"fp16"``), ``"no"``
-    where the argument is left out (the launch config decides, and it is "no" unless asked: a
-    script that carries its own GradScaler or autocast is not launched with another precision
-    on top), `COMPUTED_PRECISION` where the file computes it or may hand it in ``**kwargs``."""
-    if any(argument.star for argument in construction.args):
-        return COMPUTED_PRECISION
-    value = argument_value(construction, "mixed_precision", position=None)
-    if value is None:
-        return "no"
-    if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
-        return value.evaluated_value
-    return COMPUTED_PRECISION
+    """The ``mixed_precision`` of each Accelerator the file makes itself (`construction_precision`,
+    also through a factory of the file or of another module of the project that returns
+    ``Accelerator(mixed_precision="fp16")``: `constructed_by`); where it makes none, of each one
+    the project's other modules make and hand it (`handed_accelerators`: ``Trainer(accelerator,
+    ...)`` of train.py). Empty where neither is known (an accelerator received from a caller
+    the project does not show, or held by a base class: its precision is not known here)."""
+    found = set()
+    for binding in script.of_kind(Kind.ACCELERATOR):
+        if isinstance(binding.value, cst.Call) and not binding.received:
+            made = constructed_by(script, binding.value)
+            found.add(made.precision if made else construction_precision(binding.value))
+    return found or {made.precision for made in handed_accelerators(script)}
 
 
 def accelerator_never_scales(script: ScriptModel) -> bool:

@@ -1097,6 +1097,19 @@ _PREPARE_METHODS = frozenset(
 )
 
 
+def prepared_inline(model: ScriptModel, node: cst.BaseExpression) -> bool:
+    """``accelerator.prepare(test_loader)`` as it is read, also inside ``enumerate(...)`` or
+    ``tqdm(...)`` (``for x, y in accelerator.prepare(test_loader):``): the prepared object, bound
+    to no name."""
+    while isinstance(node, cst.Call):
+        if _is_prepare(node, model.names_of(Kind.ACCELERATOR)):
+            return True
+        if not node.args:
+            return False
+        node = node.args[0].value
+    return False
+
+
 def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:
     """``accelerator.prepare(...)``, also through an instance of a class of the file that
     holds ``self.accelerator`` (``train_loader = trainer.accelerator.prepare(train_loader)``),
