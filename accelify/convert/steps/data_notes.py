@@ -537,13 +537,19 @@ def _samples_counted(ctx: Context) -> None:
     also counts the samples the prepared loader repeats to even out the last batch."""
     by_line: dict[int, list[SampleCount]] = {}
     mixed: list[SampleCount] = []
+    phased: dict[int, list[SampleCount]] = {}
     for found in ctx.facts.sample_counts:
+        phases = ctx.facts.phase_loaders.get(found.loop.iterable or "")
         if not ctx.unprepared_loaders(found.loop):  # else every rank counts the whole set
             # at the statement that shows it: one line for a print written over several
             by_line.setdefault(ctx.line(ctx.statement_of(found.read)), []).append(found)
+        elif phases is not None and phases.decided and phases.loop is found.loop:
+            phased.setdefault(ctx.line(ctx.statement_of(found.read)), []).append(found)
         else:
             mixed.append(found)
     _counted_on_the_prepared_calls(ctx, mixed)
+    for line, found in phased.items():
+        _counted_in_the_trained_phases(ctx, line, found)
     for line, found in by_line.items():
         shown = list(dict.fromkeys(_shown_count(entry) for entry in found))
         summed = list(dict.fromkeys(v for e in found for v in (e.total, e.shown) if v is not None))
@@ -565,6 +571,40 @@ def _samples_counted(ctx: Context) -> None:
         )
 
 
+def _counted_in_the_trained_phases(ctx: Context, line: int, found: list[SampleCount]) -> None:
+    """``for x, y in loaders[phase]:`` whose backward runs in the "train" phase only, its
+    count or mean shown after the loop: the loaders of the phases it trains on are prepared,
+    those it only evaluates are left whole (`PhaseLoaders`), so the value is this rank's
+    shard's in a training phase and the whole set's in the others. A reduce must run in the
+    training phases only (in the others it would count the set N times): said, with which."""
+    first = found[0]
+    phases = ctx.facts.phase_loaders[first.loop.iterable]  # type: ignore[index]
+    container = first.loop.iterable
+    trained = _listed([f'{container}["{key}"]' for key in phases.trained])
+    whole = _listed([f'{container}["{key}"]' for key in phases.evaluated])
+    shown = _listed(list(dict.fromkeys(_shown_count(entry) for entry in found)))
+    reduces = "; ".join(
+        dict.fromkeys(
+            _across_ranks(
+                ctx,
+                entry.read,
+                entry.shown if entry.total is None else f"{entry.total} / {entry.shown}",
+                "sum" if entry.total is None else "mean",
+            )
+            for entry in found
+        )
+    )
+    many = len(phases.evaluated) > 1
+    ctx.plan.review(
+        line,
+        f"{shown} {'are' if len(found) > 1 else 'is'} over this rank's samples in the phases "
+        f"the loop at line {ctx.line(first.loop.node)} trains on ({trained}, prepared): on N "
+        "ranks the main process shows its own shard's value there, not the whole set's "
+        f"({whole} {'are' if many else 'is'} read whole by every rank: right as it is); for "
+        f"the whole set's, reduce on every rank in the training phases only: {reduces}",
+    )
+
+
 def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> None:
     """A helper whose loop both trains and evaluates (``run_epoch(model, loader,
     optimizer=None)``, called with the training loader and the validation one) and shows or
@@ -576,6 +616,7 @@ def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> No
     helper, a line there that says to reduce it only when the loop trains."""
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
     by_call: dict[int, tuple[cst.Call, str, list[str], list[tuple[SampleCount, str]]]] = {}
+    turns: set[int] = set()
     for entry in found:
         unprepared = sorted({o for o in ctx.unprepared_loaders(entry.loop) if o is not None})
         calls = []
@@ -588,6 +629,9 @@ def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> No
             held = {loader} | ctx.facts.held_origins(loader, argument)
             if held & prepared and not held & set(unprepared):
                 calls.append((call, loader))
+            elif held & prepared:  # ``for phase, loader in [("train", tl), ("val", vl)]``
+                turns.add(id(call))  # hands the prepared one in some turns only
+                calls.append((call, _listed(sorted(held & prepared))))
         if not calls:
             continue
         index = _returned_at(ctx, entry.read)
@@ -598,7 +642,7 @@ def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> No
             held = _held_as(ctx, call, index)
             by_call.setdefault(id(call), (call, loader, unprepared, []))[3].append((entry, held))
     for call, loader, whole, values in by_call.values():
-        _review_prepared_call(ctx, call, loader, whole, values)
+        _review_prepared_call(ctx, call, loader, whole, values, id(call) in turns)
 
 
 def _returned_at(ctx: Context, read: cst.CSTNode) -> int | None:
@@ -653,7 +697,11 @@ def _review_prepared_call(
     loader: str,
     whole: list[str],
     values: list[tuple[SampleCount, str]],
+    in_turns: bool = False,
 ) -> None:
+    """``in_turns``: the call is in a loop that hands it ``loader`` in some turns and a loader
+    left whole in the others (``for phase, loader in [("train", tl), ("val", vl)]``), so the
+    reduce belongs to those turns only."""
     function = ctx.code(call.func)
     kinds = {"a mean" if entry.total is not None else "a count" for entry, _ in values}
     what = _listed(sorted(kinds)) if len(values) == 1 else "means and counts"
@@ -670,8 +718,9 @@ def _review_prepared_call(
         f"{function}() returns {what} over this rank's samples of {loader} only (counted at "
         f"line {ctx.line(values[0][0].bump)}): on N ranks the main process shows its own "
         f"shard's {held}, not the whole set's; for the whole set's, reduce on every rank after "
-        f"this call only: {reduces} ({function}() on {_listed(whole)} reads it whole on every "
-        "rank: no reduce there)",
+        f"this call{f' in the turns that hand it {loader}' if in_turns else ''} only: "
+        f"{reduces} ({function}() on {_listed(whole)} reads it whole on every rank: no reduce "
+        "there)",
     )
 
 
