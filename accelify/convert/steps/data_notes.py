@@ -8,6 +8,7 @@ import re
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.loops import iterated_expression
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
 from accelify.analysis.own_values import OwnValues
@@ -360,8 +361,8 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
     summed: set[tuple[int, str]] = set()
     for found in ctx.facts.shard_totals:
         loader = found.loop.iterable
-        phases = ctx.facts.phase_loaders.get(loader or "")
-        if phases is not None and phases.decided and phases.loop is found.loop:  # some prepared
+        if _phases_split(ctx, found.loop):  # the trained entries prepared, the others whole
+            phases = ctx.facts.phase_loaders[loader]  # type: ignore[index]
             trained = ", ".join(f'"{key}"' for key in phases.trained)
             ctx.plan.review(
                 ctx.line(found.division),
@@ -416,6 +417,19 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
             f"{ctx.a_at(found.division, 'gather_for_metrics')} before summing them",
         )
     return summed
+
+
+def _phases_split(ctx: Context, loop: Loop) -> bool:
+    """``loop`` reads ``loaders[phase]`` of a dict whose entries for the phases it trains on
+    are prepared where the dict is made, and those it only evaluates left whole
+    (`PhaseLoaders`): a value over it is one rank's shard's in the training phases only. Not
+    so for a dict written in a call (``run(model, {"train": tl, "val": vl})``), whose loaders
+    are prepared by name, every one, or a dict of loaders none of which is prepared."""
+    phases = ctx.facts.phase_loaders.get(loop.iterable or "")
+    if phases is None or not phases.decided or phases.loop is not loop:
+        return False
+    prepared = set(ctx.plan.prepared)
+    return any(f'{name}["{key}"]' in prepared for name in phases.names for key in phases.trained)
 
 
 def _returned_to_no_reader(ctx: Context, found: ShardTotal) -> bool:
@@ -539,11 +553,10 @@ def _samples_counted(ctx: Context) -> None:
     mixed: list[SampleCount] = []
     phased: dict[int, list[SampleCount]] = {}
     for found in ctx.facts.sample_counts:
-        phases = ctx.facts.phase_loaders.get(found.loop.iterable or "")
         if not ctx.unprepared_loaders(found.loop):  # else every rank counts the whole set
             # at the statement that shows it: one line for a print written over several
             by_line.setdefault(ctx.line(ctx.statement_of(found.read)), []).append(found)
-        elif phases is not None and phases.decided and phases.loop is found.loop:
+        elif _phases_split(ctx, found.loop):
             phased.setdefault(ctx.line(ctx.statement_of(found.read)), []).append(found)
         else:
             mixed.append(found)
@@ -987,8 +1000,9 @@ def _size_read(ctx: Context, divisor: cst.BaseExpression, loader: str | None) ->
 
 def _loader_read(ctx: Context, loop: Loop) -> str | None:
     """The loader as the loop reads it: ``dataloaders[phase]`` of a dict of loaders (also
-    through ``enumerate``/``tqdm``), else the name it iterates."""
-    iterable: cst.BaseExpression = loop.node.iter
+    through ``enumerate``/``tqdm``, or a local ``loader = dataloaders[phase]``), else the name
+    it iterates."""
+    iterable: cst.BaseExpression = iterated_expression(loop)
     while isinstance(iterable, cst.Call) and iterable.args:
         iterable = iterable.args[0].value
     if isinstance(iterable, cst.Subscript) and dotted(iterable.value) == loop.iterable:
