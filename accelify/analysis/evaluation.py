@@ -42,6 +42,7 @@ from accelify.analysis.loops import (
     enumerate_start,
     enumerates,
     first_enumerate_name,
+    iterated_expression,
     phase_name,
 )
 from accelify.analysis.loss_reduction import is_ctc_loss, made_as_a_loss, sums_its_batch
@@ -870,7 +871,7 @@ def _trains_in_every_phase(loop: Loop, backwards: list[cst.Call], model: ScriptM
     under ``if phase == "train":``: every phase the list names passes every test around the
     backward, so the loop only ever trains (the transfer-learning tutorial with its validation
     phase taken out): a training loop, sharded, with nothing to gather."""
-    phase = phase_name(loop.node.iter)
+    phase = phase_name(iterated_expression(loop))
     phases = _listed_phases(loop, phase, model) if phase is not None else None
     if not phases:
         return False

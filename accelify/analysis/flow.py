@@ -16,7 +16,7 @@ import libcst as cst
 
 from accelify.analysis.iterated import iterated_sources
 from accelify.analysis.keyed_dicts import keyed_subscript, may_hold_a_loader, mutated_keys
-from accelify.analysis.loops import find_backward
+from accelify.analysis.loops import find_backward, iterated_expression
 from accelify.analysis.name_scopes import local_owner
 from accelify.analysis.names import DATALOADERS
 from accelify.analysis.objects import bound_arguments, callee, returned_entry, returned_local
@@ -710,37 +710,65 @@ class ObjectFlow:
         """``for x, y in loaders[split]:`` with a key the analysis cannot read (a variable,
         maybe a parameter whose callers pass a phase), where ``loaders`` is, here or at every
         call site handing it in, a dict display whose every entry is a DataLoader by name
-        (``{"train": train_loader, "val": val_loader}``): those loaders, each with the
-        assignment that makes its dict (where the dict takes the loader as it is then); the
-        loop reads one of them. Empty for anything else."""
+        (``{"train": train_loader, "val": val_loader}``, bound to a name or written in the call
+        itself): those loaders, each with the place that makes its dict (where the dict takes
+        the loader as it is then); the loop reads one of them. Empty for anything else."""
         if not isinstance(loop.node, cst.For):
             return []  # a comprehension
-        node = keyed_subscript(loop.node.iter)
+        node = keyed_subscript(iterated_expression(loop))
         if node is None or dotted(node.value) != loop.iterable:
             return []
         found: list[tuple[str, cst.CSTNode]] = []
         for origin, place in self.origin_sites(loop.iterable, loop.node):
-            held = (
-                self.dict_display(cst.Name(origin), place)  # type: ignore[arg-type]
-                if origin is not None and "." not in origin
-                else None
-            )
-            if not held:
+            made = self._keyed_dict(origin, place, loop)
+            if made is None:
                 return []
-            caller = self.placement.enclosing_function(place)
-            if mutated_keys(origin, caller or self.model.module):  # type: ignore[arg-type]
-                return []  # an entry stored later: the key may pick a loader not shown here
-            (made,) = [
-                a
-                for a in self.model.index.assignments_to(origin)  # type: ignore[arg-type]
-                if self.placement.enclosing_function(a) is caller
-            ]  # one, as `dict_display` found it
+            held, where = made
             for value in held.values():
                 name = dotted(value)
                 if name is None or self.kind_of(name, place) is not Kind.DATALOADER:
                     return []
-                found.append((name, made))
+                found.append((name, where))
         return found
+
+    def _keyed_dict(
+        self, origin: str | None, place: cst.CSTNode, loop: Loop
+    ) -> tuple[dict[str, cst.BaseExpression], cst.CSTNode] | None:
+        """The dict display an origin of `keyed_loaders`'s container is, by key, with the node
+        that makes it: the one assignment of a plain name in the caller, or, for an origin that
+        is no name (None at a call), the dict written in that call for the loop's own
+        parameter. None where an entry may be stored later: the key may then pick a loader
+        not shown here."""
+        if origin is None:
+            return self._display_in_the_call(place, loop)
+        if "." in origin:
+            return None
+        held = self.dict_display(cst.Name(origin), place)
+        caller = self.placement.enclosing_function(place)
+        if not held or mutated_keys(origin, caller or self.model.module):
+            return None
+        (made,) = [
+            a
+            for a in self.model.index.assignments_to(origin)
+            if self.placement.enclosing_function(a) is caller
+        ]  # one, as `dict_display` found it
+        return held, made
+
+    def _display_in_the_call(
+        self, call: cst.CSTNode, loop: Loop
+    ) -> tuple[dict[str, cst.BaseExpression], cst.CSTNode] | None:
+        """``run(model, opt, {"train": tl, "val": vl}, 3)`` (or ``loaders=dict(train=tl,
+        ...)``) for a loop over ``loaders[split]`` in ``run`` itself: the dict written in the
+        call, which holds the caller's loaders as they are at the call. Only where ``run``
+        stores no entry of its own into ``loaders``."""
+        function = self.placement.enclosing_function(loop.node)
+        if function is None or mutated_keys(loop.iterable, function) != set():  # type: ignore[arg-type]
+            return None
+        for value, site in self._handed_in(function, loop.iterable) or []:
+            if site is call:
+                held = dict_entries(self.model, value)
+                return (held, call) if held else None
+        return None
 
     def keyed_loaders_unknown(self, loop: Loop) -> bool:
         """``for x, y in loaders[split]:`` with a key the analysis cannot read, where
@@ -751,7 +779,7 @@ class ObjectFlow:
         shard: the evaluation is left as it is with a review line (`keyed_dicts`)."""
         if not isinstance(loop.node, cst.For) or loop.iterable is None:
             return False
-        node = keyed_subscript(loop.node.iter)
+        node = keyed_subscript(iterated_expression(loop))
         if node is None or dotted(node.value) != loop.iterable or self.keyed_loaders(loop):
             return False
         names = {loop.iterable} | {

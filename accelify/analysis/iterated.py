@@ -194,6 +194,13 @@ def _taken_from(
     method = _method(iterable)
     if method == "items" and len(parts) == 2 and dotted(parts[1]) == name:
         return [dotted(iterable.func.value)]  # type: ignore[attr-defined, list-item]
+    if _displayed_items(iterable) and len(parts) == 2 and dotted(parts[1]) == name:
+        return _names([e.value for e in iterable.func.value.elements])  # type: ignore[attr-defined]
+    rows = _rows(iterable, len(parts))
+    if rows is not None:
+        for index, part in enumerate(parts):
+            if dotted(part) == name:
+                return _names([row[index] for row in rows])
     if isinstance(iterable, cst.Call) and dotted(iterable.func) in {"zip", "enumerate"}:
         arguments = [a.value for a in iterable.args if not a.star and a.keyword is None]
         if dotted(iterable.func) == "enumerate":
@@ -227,3 +234,35 @@ def _method(iterable: cst.BaseExpression) -> str | None:
     ):
         return iterable.func.attr.value
     return None
+
+
+def _displayed_items(iterable: cst.BaseExpression) -> bool:
+    """``{"train": tl, "val": vl}.items()``: a dict written where it is iterated."""
+    return (
+        isinstance(iterable, cst.Call)
+        and not iterable.args
+        and isinstance(iterable.func, cst.Attribute)
+        and iterable.func.attr.value == "items"
+        and isinstance(iterable.func.value, cst.Dict)
+        and all(isinstance(e, cst.DictElement) for e in iterable.func.value.elements)
+    )
+
+
+def _rows(iterable: cst.BaseExpression, width: int) -> list[list[cst.BaseExpression]] | None:
+    """The elements of ``[("train", tl), ("val", vl)]``, a literal list or tuple of tuples as
+    wide as the loop's target: each row binds the target's names in turn. None otherwise."""
+    if not isinstance(iterable, cst.Tuple | cst.List) or not iterable.elements:
+        return None
+    rows = []
+    for element in iterable.elements:
+        row = element.value
+        if not isinstance(row, cst.Tuple | cst.List) or len(row.elements) != width:
+            return None
+        rows.append([e.value for e in row.elements])
+    return rows
+
+
+def _names(values: list[cst.BaseExpression]) -> list[str] | None:
+    """Each value's name, or None unless every value is one."""
+    found = [dotted(value) for value in values]
+    return found if found and all(f is not None for f in found) else None  # type: ignore[return-value]

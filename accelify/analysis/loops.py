@@ -52,6 +52,13 @@ def phase_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def iterated_expression(loop: Loop) -> cst.BaseExpression:
+    """What ``loop`` reads, as written where it is chosen: the value of the name it iterates
+    where that name is seen through (``loader = loaders[split]`` then ``for x, y in loader:``
+    reads ``loaders[split]``), else its own iterable."""
+    return loop.through if loop.through is not None else loop.node.iter
+
+
 def enumerates(node: cst.BaseExpression) -> bool:
     """``enumerate(loader)``, also under the wrappers ``loop_source`` sees through
     (``tqdm(enumerate(loader))``): the loop's first name is a count, not part of the batch."""

@@ -22,6 +22,7 @@ from libcst.metadata import CodeRange
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
 from accelify.analysis.index import Index
+from accelify.analysis.keyed_dicts import keyed_subscript
 from accelify.analysis.loops import (
     enumerates,
     find_backward,
@@ -931,7 +932,7 @@ def _see_through_progress_bars(model: ScriptModel) -> None:
     islice(loader, n)``, each branch reading the same loader; and ``batches = loader`` then ``if
     show: batches = tqdm(loader)``, each assignment reading it. Only a name its scope assigns
     before the loop and nowhere after, from a bar, ``enumerate``, ``islice`` or a choice
-    between them."""
+    between them; and ``loader = loaders[split]``, which reads the dict's entry."""
     for loop in model.loops:
         name = loop.iterable
         if name is None or "." in name:
@@ -941,7 +942,16 @@ def _see_through_progress_bars(model: ScriptModel) -> None:
             for a in model.index.assignments_to(name)
             if model.scope_of(a) is loop.scope and len(assigned_targets(a)) == 1
         ]
+        whole = _iterates_the_name(loop.node.iter, name)  # not ``loader["x"]`` of it
+        entry = None if assigns or not whole else _items_entry(model, loop, name)
+        if entry is not None:  # ``for split, loader in loaders.items():``, as ``loaders[split]``
+            loop.iterable, loop.through = entry
+            continue
         if not assigns or any(model.order(a) > model.order(loop.node) for a in assigns):
+            continue
+        keyed = _keyed_read(assigns) if whole else None
+        if keyed is not None:  # ``loader = loaders[split]``: as ``for x, y in loaders[split]:``
+            loop.iterable, loop.through = keyed
             continue
         branches = [branch for a in assigns for branch in _choices(a.value)]
         if not any(isinstance(branch, cst.Call) for branch in branches):
@@ -953,6 +963,55 @@ def _see_through_progress_bars(model: ScriptModel) -> None:
             loop.through = value
             if any(enumerates(branch) for branch in branches):  # pbar = tqdm(enumerate(loader))
                 loop.batch_names -= first_enumerate_name(loop.node.target)
+
+
+def _keyed_read(assigns: list[Assignment]) -> tuple[str, cst.Subscript] | None:
+    """``loader = loaders[split]`` as the one assignment of the name a loop iterates, with a
+    key that is no literal: the container's name and the read. The loop takes its batches
+    from whichever entry the key picks, as a loop over ``loaders[split]`` itself does."""
+    if len(assigns) != 1:
+        return None
+    value = assigns[0].value
+    if not isinstance(value, cst.Subscript) or keyed_subscript(value) is not value:
+        return None
+    container = dotted(value.value)
+    return (container, value) if container is not None else None
+
+
+def _iterates_the_name(iterated: cst.BaseExpression, name: str) -> bool:
+    """``for x, y in loader:`` (also ``enumerate(loader)``, ``tqdm(loader)``): the loop reads
+    what ``name`` holds, not an entry or attribute of it."""
+    while isinstance(iterated, cst.Call) and iterated.args:
+        iterated = iterated.args[0].value
+    return isinstance(iterated, cst.Name) and iterated.value == name
+
+
+def _items_entry(model: ScriptModel, loop: Loop, name: str) -> tuple[str, cst.Subscript] | None:
+    """``for split, loader in loaders.items():`` around ``for x, y in loader:``, the nearest
+    loop binding ``loader``: the container's name and ``loaders[split]``, the entry each turn
+    reads (written for the analysis, in no file). The batches come from whichever entry the
+    key picks, as in ``for split in loaders: for x, y in loaders[split]:``."""
+    for ancestor in model.ancestors(loop.node):
+        if not isinstance(ancestor, cst.For) or name not in target_names(ancestor.target):
+            continue
+        target, iterated = ancestor.target, ancestor.iter
+        if not (
+            isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and isinstance(target.elements[0].value, cst.Name)
+            and dotted(target.elements[1].value) == name
+            and isinstance(iterated, cst.Call)
+            and not iterated.args
+            and isinstance(iterated.func, cst.Attribute)
+            and iterated.func.attr.value == "items"
+        ):
+            return None
+        container = dotted(iterated.func.value)
+        if container is None:
+            return None
+        key = cst.SubscriptElement(cst.Index(target.elements[0].value))
+        return container, cst.Subscript(iterated.func.value, [key])
+    return None
 
 
 def _choices(value: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -17,7 +17,12 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.call_graph import CallGraph
-from accelify.analysis.loops import enumerate_start, first_enumerate_name, phase_name
+from accelify.analysis.loops import (
+    enumerate_start,
+    first_enumerate_name,
+    iterated_expression,
+    phase_name,
+)
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.placement import Placement
 from accelify.analysis.sample_counts import bound_to, spelled
@@ -389,7 +394,7 @@ def divided_by_set_size(
     sizes = _dataset_sizes(model, loop)
     made_from = _dataset_made_from(model, loop)
     passed = _sizes_passed(model, graph, loop)
-    phase = phase_name(loop.node.iter)
+    phase = phase_name(iterated_expression(loop))
     for node, divided in _divisions_in(loop.scope):
         if not (
             model.order(node) > model.order(loop.node)

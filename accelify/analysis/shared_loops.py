@@ -15,7 +15,7 @@ import libcst as cst
 
 from accelify.analysis.dataflow import between, bound_by
 from accelify.analysis.iterated import literal_sequence, row_bindings
-from accelify.analysis.loops import find_backward, phase_name
+from accelify.analysis.loops import find_backward, iterated_expression, phase_name
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import (
@@ -276,7 +276,7 @@ def phase_loaders(model: ScriptModel) -> dict[str, PhaseLoaders]:
     """By the name of the dict of loaders; only when every phase's mode is known."""
     found: dict[str, PhaseLoaders] = {}
     for loop in model.loops:
-        phase = phase_name(loop.node.iter) if loop.trains else None
+        phase = phase_name(iterated_expression(loop)) if loop.trains else None
         if phase is None or loop.iterable is None:
             continue
         values = _phase_values(model, loop.node, phase)

@@ -8,6 +8,7 @@ import re
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.loops import iterated_expression
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
 from accelify.analysis.own_values import OwnValues
@@ -361,8 +362,8 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
     summed: set[tuple[int, str]] = set()
     for found in ctx.facts.shard_totals:
         loader = found.loop.iterable
-        phases = ctx.facts.phase_loaders.get(loader or "")
-        if phases is not None and phases.decided and phases.loop is found.loop:  # some prepared
+        if _phases_split(ctx, found.loop):  # the trained entries prepared, the others whole
+            phases = ctx.facts.phase_loaders[loader]  # type: ignore[index]
             trained = ", ".join(f'"{key}"' for key in phases.trained)
             ctx.plan.review(
                 ctx.line(found.division),
@@ -420,6 +421,19 @@ def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
             kind=NoteKind.DIFFERS_ON_N_RANKS,
         )
     return summed
+
+
+def _phases_split(ctx: Context, loop: Loop) -> bool:
+    """``loop`` reads ``loaders[phase]`` of a dict whose entries for the phases it trains on
+    are prepared where the dict is made, and those it only evaluates left whole
+    (`PhaseLoaders`): a value over it is one rank's shard's in the training phases only. Not
+    so for a dict written in a call (``run(model, {"train": tl, "val": vl})``), whose loaders
+    are prepared by name, every one, or a dict of loaders none of which is prepared."""
+    phases = ctx.facts.phase_loaders.get(loop.iterable or "")
+    if phases is None or not phases.decided or phases.loop is not loop:
+        return False
+    prepared = set(ctx.plan.prepared)
+    return any(f'{name}["{key}"]' in prepared for name in phases.names for key in phases.trained)
 
 
 def _returned_to_no_reader(ctx: Context, found: ShardTotal) -> bool:
@@ -541,13 +555,18 @@ def _samples_counted(ctx: Context) -> None:
     also counts the samples the prepared loader repeats to even out the last batch."""
     by_line: dict[int, list[SampleCount]] = {}
     mixed: list[SampleCount] = []
+    phased: dict[int, list[SampleCount]] = {}
     for found in ctx.facts.sample_counts:
         if not ctx.unprepared_loaders(found.loop):  # else every rank counts the whole set
             # at the statement that shows it: one line for a print written over several
             by_line.setdefault(ctx.line(ctx.statement_of(found.read)), []).append(found)
+        elif _phases_split(ctx, found.loop):
+            phased.setdefault(ctx.line(ctx.statement_of(found.read)), []).append(found)
         else:
             mixed.append(found)
     _counted_on_the_prepared_calls(ctx, mixed)
+    for line, found in phased.items():
+        _counted_in_the_trained_phases(ctx, line, found)
     for line, found in by_line.items():
         shown = list(dict.fromkeys(_shown_count(entry) for entry in found))
         summed = list(dict.fromkeys(v for e in found for v in (e.total, e.shown) if v is not None))
@@ -570,6 +589,40 @@ def _samples_counted(ctx: Context) -> None:
         )
 
 
+def _counted_in_the_trained_phases(ctx: Context, line: int, found: list[SampleCount]) -> None:
+    """``for x, y in loaders[phase]:`` whose backward runs in the "train" phase only, its
+    count or mean shown after the loop: the loaders of the phases it trains on are prepared,
+    those it only evaluates are left whole (`PhaseLoaders`), so the value is this rank's
+    shard's in a training phase and the whole set's in the others. A reduce must run in the
+    training phases only (in the others it would count the set N times): said, with which."""
+    first = found[0]
+    phases = ctx.facts.phase_loaders[first.loop.iterable]  # type: ignore[index]
+    container = first.loop.iterable
+    trained = _listed([f'{container}["{key}"]' for key in phases.trained])
+    whole = _listed([f'{container}["{key}"]' for key in phases.evaluated])
+    shown = _listed(list(dict.fromkeys(_shown_count(entry) for entry in found)))
+    reduces = "; ".join(
+        dict.fromkeys(
+            _across_ranks(
+                ctx,
+                entry.read,
+                entry.shown if entry.total is None else f"{entry.total} / {entry.shown}",
+                "sum" if entry.total is None else "mean",
+            )
+            for entry in found
+        )
+    )
+    many = len(phases.evaluated) > 1
+    ctx.plan.review(
+        line,
+        f"{shown} {'are' if len(found) > 1 else 'is'} over this rank's samples in the phases "
+        f"the loop at line {ctx.line(first.loop.node)} trains on ({trained}, prepared): on N "
+        "ranks the main process shows its own shard's value there, not the whole set's "
+        f"({whole} {'are' if many else 'is'} read whole by every rank: right as it is); for "
+        f"the whole set's, reduce on every rank in the training phases only: {reduces}",
+    )
+
+
 def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> None:
     """A helper whose loop both trains and evaluates (``run_epoch(model, loader,
     optimizer=None)``, called with the training loader and the validation one) and shows or
@@ -581,6 +634,7 @@ def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> No
     helper, a line there that says to reduce it only when the loop trains."""
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
     by_call: dict[int, tuple[cst.Call, str, list[str], list[tuple[SampleCount, str]]]] = {}
+    turns: set[int] = set()
     for entry in found:
         unprepared = sorted({o for o in ctx.unprepared_loaders(entry.loop) if o is not None})
         calls = []
@@ -593,6 +647,9 @@ def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> No
             held = {loader} | ctx.facts.held_origins(loader, argument)
             if held & prepared and not held & set(unprepared):
                 calls.append((call, loader))
+            elif held & prepared:  # ``for phase, loader in [("train", tl), ("val", vl)]``
+                turns.add(id(call))  # hands the prepared one in some turns only
+                calls.append((call, _listed(sorted(held & prepared))))
         if not calls:
             continue
         index = _returned_at(ctx, entry.read)
@@ -603,7 +660,7 @@ def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> No
             held = _held_as(ctx, call, index)
             by_call.setdefault(id(call), (call, loader, unprepared, []))[3].append((entry, held))
     for call, loader, whole, values in by_call.values():
-        _review_prepared_call(ctx, call, loader, whole, values)
+        _review_prepared_call(ctx, call, loader, whole, values, id(call) in turns)
 
 
 def _returned_at(ctx: Context, read: cst.CSTNode) -> int | None:
@@ -659,7 +716,11 @@ def _review_prepared_call(
     loader: str,
     whole: list[str],
     values: list[tuple[SampleCount, str]],
+    in_turns: bool = False,
 ) -> None:
+    """``in_turns``: the call is in a loop that hands it ``loader`` in some turns and a loader
+    left whole in the others (``for phase, loader in [("train", tl), ("val", vl)]``), so the
+    reduce belongs to those turns only."""
     function = ctx.code(call.func)
     kinds = {"a mean" if entry.total is not None else "a count" for entry, _ in values}
     what = _listed(sorted(kinds)) if len(values) == 1 else "means and counts"
@@ -676,8 +737,9 @@ def _review_prepared_call(
         f"{function}() returns {what} over this rank's samples of {loader} only (counted at "
         f"line {ctx.line(values[0][0].bump)}): on N ranks the main process shows its own "
         f"shard's {held}, not the whole set's; for the whole set's, reduce on every rank after "
-        f"this call only: {reduces} ({function}() on {_listed(whole)} reads it whole on every "
-        "rank: no reduce there)",
+        f"this call{f' in the turns that hand it {loader}' if in_turns else ''} only: "
+        f"{reduces} ({function}() on {_listed(whole)} reads it whole on every rank: no reduce "
+        "there)",
         kind=NoteKind.DIFFERS_ON_N_RANKS,
     )
 
@@ -949,8 +1011,9 @@ def _size_read(ctx: Context, divisor: cst.BaseExpression, loader: str | None) ->
 
 def _loader_read(ctx: Context, loop: Loop) -> str | None:
     """The loader as the loop reads it: ``dataloaders[phase]`` of a dict of loaders (also
-    through ``enumerate``/``tqdm``), else the name it iterates."""
-    iterable: cst.BaseExpression = loop.node.iter
+    through ``enumerate``/``tqdm``, or a local ``loader = dataloaders[phase]``), else the name
+    it iterates."""
+    iterable: cst.BaseExpression = iterated_expression(loop)
     while isinstance(iterable, cst.Call) and iterable.args:
         iterable = iterable.args[0].value
     if isinstance(iterable, cst.Subscript) and dotted(iterable.value) == loop.iterable:
