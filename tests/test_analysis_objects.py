@@ -994,3 +994,27 @@ def test_a_tuple_of_loaders_one_of_which_is_evaluated_in_a_comprehension_is_left
     assert any("data is evaluated in a comprehension" in line.text for line in converted.reviews), (
         converted.reviews
     )
+
+
+def test_a_class_picked_at_run_time_handed_parameters_and_stepped_is_an_optimizer():
+    model = script(
+        """
+        import torch_ema
+
+        def train(config, args):
+            model = nn.Linear(2, 1)
+            opt = config["optimizer"](model.parameters(), lr=0.1)
+            optimizer_cls = getattr(torch.optim, args.optimizer)
+            second = optimizer_cls(params=model.parameters())
+            ema = torch_ema.ExponentialMovingAverage(model.parameters(), decay=0.9)
+            never_stepped = config["optimizer"](model.parameters())
+            for _ in range(2):
+                opt.step()
+                second.step()
+                ema.step()
+        """
+    )
+    found = kinds(model)
+    assert found["opt"] is Kind.OPTIMIZER and found["second"] is Kind.OPTIMIZER
+    assert "ema" not in found  # a library's class is what its name says
+    assert "never_stepped" not in found  # handed parameters, never stepped: not known to train
