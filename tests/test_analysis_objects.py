@@ -1018,3 +1018,38 @@ def test_a_class_picked_at_run_time_handed_parameters_and_stepped_is_an_optimize
     assert found["opt"] is Kind.OPTIMIZER and found["second"] is Kind.OPTIMIZER
     assert "ema" not in found  # a library's class is what its name says
     assert "never_stepped" not in found  # handed parameters, never stepped: not known to train
+
+
+def test_a_tuple_of_loaders_handed_on_is_followed_to_each_place_it_is_read():
+    model = script(
+        """
+        def make_loaders():
+            loaders = (DataLoader(a), DataLoader(b), DataLoader(c))
+            return loaders
+
+        class Base:
+            def __init__(self, loaders):
+                self.loaders = loaders
+                first, second, _ = self.loaders
+                self.train_loader = first
+                self.val_loader = second
+                self.test_loader = self.loaders[2]
+
+        class Trainer(Base):
+            def __init__(self, loaders):
+                super().__init__(loaders)
+
+        class Rebinding:
+            def __init__(self, loaders):
+                if not loaders:
+                    loaders = make_loaders()
+                self.a, self.b, self.c = loaders
+
+        Trainer(make_loaders())
+        Rebinding(make_loaders())
+        """
+    )
+    found = kinds(model)
+    for name in ("self.train_loader", "self.val_loader", "self.test_loader"):
+        assert found[name] is Kind.DATALOADER, name
+    assert "self.a" not in found  # which tuple it holds depends on the branch taken

@@ -802,33 +802,91 @@ def _receive_tuples(
     callers' names for that element. A factory's tuple is handed as surely
     (``Trainer(make_loaders(cfg))``, or ``loaders = make_loaders(cfg)`` then
     ``Trainer(loaders)``): each attribute receives what the factory returns at its position,
-    made there, so no caller's name is its source."""
+    made there, so no caller's name is its source. The constructor may read the tuple under
+    another name (``self.loaders = loaders``), by place (``self.val_loader = loaders[1]``) or
+    through locals it unpacks it into (``train, val = loaders`` then ``self.train = train``):
+    one object under each (`_places_read`)."""
     added = 0
     calls = model.call_graph.calls_by_callee()
     for function in {f for f, _ in calls.items() if isinstance(f, cst.FunctionDef)}:
         if _enclosing_class(model, function) is None:
             continue
-        for assign in model.index.own_assignments(function):
-            if len(assigned_targets(assign)) != 1 or not isinstance(assign.value, cst.Name):
+        for parameter in [p.name.value for p in function.params.params]:
+            places = _places_read(model, function, parameter)
+            if not places:
                 continue
-            names = _target_names(assigned_targets(assign)[0])
-            if names is None or len(names) < 2 or not all(n.startswith("self.") for n in names):
-                continue
-            parameter = assign.value.value
             elements = _tuple_arguments(
                 model, function, parameter, calls.get(function, ()), parameters, classify
             )
-            if elements is None or len(elements) != len(names):
+            if elements is None:
                 continue
-            for index, name in enumerate(names):
+            for name, index, assign in places:
+                if index >= len(elements) or (name, id(function)) in known:
+                    continue
                 kinds = {element[index][0] for _, element in elements.calls}
-                if len(kinds) != 1 or None in kinds or (name, id(function)) in known:
+                if len(kinds) != 1 or None in kinds:
                     continue
                 added += bind(model, name, kinds.pop(), function, assign, known, received=True)
                 model.bindings[-1].sources.extend(
                     source for _, element in elements.calls if (source := element[index][1])
                 )
     return added
+
+
+def _places_read(
+    model: ScriptModel, function: cst.FunctionDef, parameter: str
+) -> list[tuple[str, int, cst.Assign]]:
+    """The attributes ``function`` binds to one element of the tuple ``parameter`` holds, each
+    with the element's place and the assignment: unpacked (``self.a, self.b = loaders``), by a
+    constant index (``self.a = loaders[0]``), through a name bound once to the parameter
+    (``self.loaders = loaders``), or through a local it unpacked it into (``a, b = loaders``
+    then ``self.a = a``). None of it when the parameter or a name is bound more than once
+    in ``function``: which object it holds would depend on the order they run in."""
+    if parameter in model.index.assigned_under(function):
+        return []  # ``if not loaders: loaders = make_loaders()``: two objects by turns
+    assignments = model.index.own_assignments(function)
+    counts: dict[str, int] = {}
+    for assign in assignments:
+        for target in assigned_targets(assign):
+            for name in _target_names(target) or [dotted(target)]:
+                if name is not None:
+                    counts[name] = counts.get(name, 0) + 1
+    aliases, locals_at, found = {parameter}, {}, []
+    for assign in assignments:
+        targets = assigned_targets(assign)
+        if not isinstance(assign, cst.Assign) or len(targets) != 1:
+            continue
+        value, target = dotted(assign.value), targets[0]
+        names = _target_names(target)
+        if names is None or any(counts.get(n, 0) != 1 for n in names):
+            continue
+        if value in aliases and len(names) == 1 and not isinstance(target, (cst.Tuple, cst.List)):
+            aliases.add(names[0])
+            continue
+        if value in aliases and len(names) >= 2:
+            places = list(enumerate(names))
+        elif value in locals_at and len(names) == 1:
+            places = [(locals_at[value], names[0])]
+        elif (index := _constant_index(assign.value, aliases)) is not None and len(names) == 1:
+            places = [(index, names[0])]
+        else:
+            continue
+        for index, name in places:
+            if name.startswith("self.") and name.count(".") == 1:
+                found.append((name, index, assign))
+            elif "." not in name:
+                locals_at[name] = index
+    return found
+
+
+def _constant_index(value: cst.BaseExpression, aliases: set[str]) -> int | None:
+    """``1`` of ``loaders[1]`` when ``loaders`` is one of ``aliases``."""
+    if not isinstance(value, cst.Subscript) or dotted(value.value) not in aliases:
+        return None
+    if len(value.slice) != 1 or not isinstance(value.slice[0].slice, cst.Index):
+        return None
+    index = value.slice[0].slice.value
+    return int(index.value) if isinstance(index, cst.Integer) else None
 
 
 #: One element of a handed tuple: its kind, and the caller's name for it (None when a factory
@@ -851,13 +909,20 @@ def _tuple_arguments(
     calls: Iterable[tuple[cst.Call, int]],
     parameters: dict[cst.FunctionDef, dict[str, Kind]],
     classify: Classify,
+    depth: int = 0,
 ) -> _TupleArguments | None:
     """The elements each call passes for ``parameter``, when every call passes a tuple of one
-    length: of names, or the flat tuple a factory of the file returns."""
+    length: of names, or the flat tuple a factory of the file returns, or a parameter of the
+    calling function that its own callers hand such a tuple (a subclass's
+    ``super().__init__(model, loaders)``)."""
     found = []
     for call, implicit in calls:
         argument = dict(bound_arguments(function, call, implicit)).get(parameter)
         value = argument.value if argument is not None else None
+        handed_on = _handed_on(model, call, value, parameters, classify, depth)
+        if handed_on is not None:
+            found.extend(handed_on.calls)
+            continue
         if isinstance(value, cst.Tuple):
             names = [dotted(e.value) for e in value.elements if isinstance(e, cst.Element)]
             if not names or None in names:
@@ -871,6 +936,27 @@ def _tuple_arguments(
     if not found or len({len(e) for _, e in found}) != 1:
         return None
     return _TupleArguments(found)
+
+
+def _handed_on(
+    model: ScriptModel,
+    call: cst.Call,
+    value: cst.BaseExpression | None,
+    parameters: dict[cst.FunctionDef, dict[str, Kind]],
+    classify: Classify,
+    depth: int,
+) -> _TupleArguments | None:
+    """What the callers of the function around ``call`` hand its parameter ``value``, when
+    ``call`` hands that parameter on unchanged (never rebound there)."""
+    caller = model.index.enclosing_function(call)
+    if not isinstance(value, cst.Name) or caller is None or depth >= ROUNDS:
+        return None
+    if value.value not in {p.name.value for p in caller.params.params}:
+        return None
+    if value.value in model.index.assigned_under(caller):
+        return None
+    outer = model.call_graph.calls_by_callee().get(caller, ())
+    return _tuple_arguments(model, caller, value.value, outer, parameters, classify, depth + 1)
 
 
 def _handed_factory_tuple(
@@ -1011,11 +1097,28 @@ def _kinds_of(
         if passed_on is not None:  # ``return build(cfg)``: what ``build`` returns
             answers.append(passed_on)
             continue
-        leaves = tuple_leaves(value) or [((), value)]
+        leaves = tuple_leaves(_tuple_named(model, function, value)) or [((), value)]
         answers.append([(p, _value_kind(model, function, e, classify)) for p, e in leaves])
     if not answers or any(answer != answers[0] for answer in answers):
         return []
     return answers[0] if any(kind is not None for _, kind in answers[0]) else []
+
+
+def _tuple_named(
+    model: ScriptModel, function: cst.FunctionDef | None, value: cst.BaseExpression
+) -> cst.BaseExpression:
+    """The tuple display a returned name is bound to, once, in the function (``loaders =
+    (train, val, test)`` then ``return loaders``): returned as if written in the return."""
+    if function is None or not isinstance(value, cst.Name):
+        return value
+    bound = [
+        a
+        for a in model.index.own_assignments(function)
+        if any(dotted(t) == value.value for t in assigned_targets(a))
+    ]
+    if len(bound) != 1 or len(model.index.assigned_under(function).get(value.value, [])) != 1:
+        return value
+    return bound[0].value if isinstance(bound[0].value, cst.Tuple) else value
 
 
 #: Functions whose returned calls are being followed: ``def a(): return b()`` with ``def b():
