@@ -433,6 +433,7 @@ def _leave_whole_for_their_own_loops(
         _leave_loops_handed_whole(ctx, chosen, created, site, name)
     for name, loop in _read_where_written(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, loop.node)
+        ctx.kept_for_writes[name] = loop.node
         ctx.plan.change(
             ctx.line(loop.node),
             f"{name} is read here, where a file is written on the main process: left "
