@@ -879,6 +879,64 @@ def _places_read(
     return found
 
 
+def handed_loader_tuple(
+    model: ScriptModel, call: cst.Call
+) -> list[tuple[cst.Arg, list[Binding]]] | None:
+    """The arguments of ``call`` that are a call of a factory of the file returning a flat
+    tuple of DataLoaders, each with the attributes the constructor binds its elements to
+    (``Trainer(model, make_loaders(cfg))`` of ``self.train_loader, self.val_loader =
+    loaders``): made in the caller's argument, where no name holds them. None when there is
+    none."""
+    found = []
+    classify = value_classifier(model)
+    for function, implicit in model.call_graph.callees(call):
+        for parameter, argument in bound_arguments(function, call, implicit):
+            value = argument.value
+            if not isinstance(value, cst.Call) or callee(model, value) is None:
+                continue
+            if not _loader_tuple(dict(_call_returns(model, value, classify))):
+                continue
+            held = _tuple_held(model, function, parameter)
+            if held and all(b.kind is Kind.DATALOADER for b in held):
+                found.append((argument, held))
+    return found or None
+
+
+def tuple_handed_to(model: ScriptModel, binding: Binding) -> list[Binding]:
+    """The attributes that hold the elements of a tuple of loaders bound whole (``loaders =
+    make_loaders(cfg)``) once a call of its scope hands it to a constructor that reads it by
+    place (``Trainer(model, loaders)``): the same loaders under the instance's names."""
+    held = []
+    for call in model.calls:
+        if model.scope_of(call) is not binding.scope:
+            continue
+        for function, implicit in model.call_graph.callees(call):
+            for parameter, argument in bound_arguments(function, call, implicit):
+                if dotted(argument.value) == binding.name:
+                    held += _tuple_held(model, function, parameter)
+    return held
+
+
+def _tuple_held(
+    model: ScriptModel, function: cst.FunctionDef, parameter: str, depth: int = 0
+) -> list[Binding]:
+    """The received bindings of the elements of the tuple ``parameter`` holds: where
+    ``function`` reads it by place, or where a function it hands the parameter on to does
+    (``super().__init__(model, loaders)``)."""
+    places = {id(a) for _, _, a in _places_read(model, function, parameter)}
+    held = [
+        b for b in model.bindings if b.received and b.scope is function and id(b.assign) in places
+    ]
+    if depth >= ROUNDS or parameter in model.index.assigned_under(function):
+        return held
+    for call in model.index.calls_directly_in(function):
+        for target, implicit in model.call_graph.callees(call):
+            for name, argument in bound_arguments(target, call, implicit):
+                if isinstance(argument.value, cst.Name) and argument.value.value == parameter:
+                    held += _tuple_held(model, target, name, depth + 1)
+    return held
+
+
 def _constant_index(value: cst.BaseExpression, aliases: set[str]) -> int | None:
     """``1`` of ``loaders[1]`` when ``loaders`` is one of ``aliases``."""
     if not isinstance(value, cst.Subscript) or dotted(value.value) not in aliases:
