@@ -1053,3 +1053,36 @@ def test_a_tuple_of_loaders_handed_on_is_followed_to_each_place_it_is_read():
     for name in ("self.train_loader", "self.val_loader", "self.test_loader"):
         assert found[name] is Kind.DATALOADER, name
     assert "self.a" not in found  # which tuple it holds depends on the branch taken
+
+
+def test_loaders_a_data_class_hands_out_through_a_method_are_loaders_where_unpacked():
+    model = script(
+        """
+        class Runner:
+            def __init__(self, data):
+                self._train = DataLoader(data, shuffle=True)
+                self._val = DataLoader(data)
+
+            def loaders(self):
+                return self._train, self._val
+
+        class Base:
+            def __init__(self, data):
+                self._train = DataLoader(data, shuffle=True)
+
+            def loaders(self):
+                return self._train, self._train
+
+        class Trainer(Base):
+            def __init__(self, data):
+                super().__init__(data)
+                self.model = nn.Linear(2, 1)
+
+        train, val = Runner(data).loaders()
+        mine, theirs = Trainer(data).loaders()
+        """
+    )
+    found = kinds(model)
+    assert found["train"] is Kind.DATALOADER and found["val"] is Kind.DATALOADER
+    # a trainer that may prepare them hands back the prepared ones: not loaders to prepare
+    assert "mine" not in found and "theirs" not in found

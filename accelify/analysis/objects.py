@@ -1225,7 +1225,7 @@ def _value_kind(
         for assign in model.index.own_assignments(function):
             if any(dotted(t) == name for t in assigned_targets(assign)):
                 return classify(assign.value, name)
-        return None
+        return _instance_kind(model, function, name)
     if isinstance(value, cst.Dict) and value.elements:
         # ``return {"train": train, "val": val}`` of loaders the factory made under those names
         kinds = {
@@ -1242,6 +1242,45 @@ def _value_kind(
         # shuffle: DataLoader(ds, ...)`` (or a function of the file): what that call makes
         kind = _made_by_a_call(model, value, classify)
     return kind
+
+
+def _instance_kind(model: ScriptModel, function: cst.FunctionDef, name: str) -> Kind | None:
+    """What ``self._train`` holds in a method that returns it (``def loaders(self): return
+    self._train, self._val``) when other methods of its class bind it: the kind every one of
+    those bindings agrees on (the constructor's ``self._train = DataLoader(...)``). Only for a
+    class that holds data and trains nothing (no model, optimizer or backward of its own): a
+    trainer that prepares its loaders hands back the prepared ones, which its callers must
+    not take for loaders to prepare."""
+    owner = _enclosing_class(model, function)
+    if owner is None or not name.startswith("self.") or name.count(".") != 1:
+        return None
+    if _trains_in(model, owner):
+        return None
+    kinds = {
+        b.kind
+        for b in model.bindings
+        if b.name == name and _enclosing_class(model, b.assign) == owner
+    }
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _trains_in(model: ScriptModel, owner: str) -> bool:
+    """The class ``owner``, or a class of the file derived from it (whose instances run its
+    methods), holds a model or an optimizer, or runs a backward."""
+    family = {owner}
+    grown = True
+    while grown:
+        derived = {
+            name
+            for name, definition in model.classes.items()
+            if any(dotted(base.value) in family for base in definition.bases)
+        }
+        grown = not derived <= family
+        family |= derived
+    held = (Kind.MODEL, Kind.OPTIMIZER)
+    if any(_enclosing_class(model, b.assign) in family for b in model.of_kind(*held)):
+        return True
+    return any(_enclosing_class(model, call) in family for call in model.backward_calls)
 
 
 def _made_by_a_call(model: ScriptModel, call: cst.Call, classify: Classify) -> Kind | None:
