@@ -1017,3 +1017,95 @@ def test_an_attribute_kept_from_a_local_is_that_local():
     assert flow.kind_of("self.scheduler", step) is Kind.SCHEDULER
     [found] = flow.scheduler_steps({"scheduler"})
     assert (found.scheduler, found.kept) == ("scheduler", True)
+
+
+def test_a_class_picked_at_run_time_handed_parameters_and_stepped_is_an_optimizer():
+    model = script(
+        """
+        import torch_ema
+
+        def train(config, args):
+            model = nn.Linear(2, 1)
+            opt = config["optimizer"](model.parameters(), lr=0.1)
+            optimizer_cls = getattr(torch.optim, args.optimizer)
+            second = optimizer_cls(params=model.parameters())
+            ema = torch_ema.ExponentialMovingAverage(model.parameters(), decay=0.9)
+            never_stepped = config["optimizer"](model.parameters())
+            for _ in range(2):
+                opt.step()
+                second.step()
+                ema.step()
+        """
+    )
+    found = kinds(model)
+    assert found["opt"] is Kind.OPTIMIZER and found["second"] is Kind.OPTIMIZER
+    assert "ema" not in found  # a library's class is what its name says
+    assert "never_stepped" not in found  # handed parameters, never stepped: not known to train
+
+
+def test_a_tuple_of_loaders_handed_on_is_followed_to_each_place_it_is_read():
+    model = script(
+        """
+        def make_loaders():
+            loaders = (DataLoader(a), DataLoader(b), DataLoader(c))
+            return loaders
+
+        class Base:
+            def __init__(self, loaders):
+                self.loaders = loaders
+                first, second, _ = self.loaders
+                self.train_loader = first
+                self.val_loader = second
+                self.test_loader = self.loaders[2]
+
+        class Trainer(Base):
+            def __init__(self, loaders):
+                super().__init__(loaders)
+
+        class Rebinding:
+            def __init__(self, loaders):
+                if not loaders:
+                    loaders = make_loaders()
+                self.a, self.b, self.c = loaders
+
+        Trainer(make_loaders())
+        Rebinding(make_loaders())
+        """
+    )
+    found = kinds(model)
+    for name in ("self.train_loader", "self.val_loader", "self.test_loader"):
+        assert found[name] is Kind.DATALOADER, name
+    assert "self.a" not in found  # which tuple it holds depends on the branch taken
+
+
+def test_loaders_a_data_class_hands_out_through_a_method_are_loaders_where_unpacked():
+    model = script(
+        """
+        class Runner:
+            def __init__(self, data):
+                self._train = DataLoader(data, shuffle=True)
+                self._val = DataLoader(data)
+
+            def loaders(self):
+                return self._train, self._val
+
+        class Base:
+            def __init__(self, data):
+                self._train = DataLoader(data, shuffle=True)
+
+            def loaders(self):
+                return self._train, self._train
+
+        class Trainer(Base):
+            def __init__(self, data):
+                super().__init__(data)
+                self.model = nn.Linear(2, 1)
+
+        train, val = Runner(data).loaders()
+        mine, theirs = Trainer(data).loaders()
+        """
+    )
+    found = kinds(model)
+    assert found["train"] is Kind.DATALOADER and found["val"] is Kind.DATALOADER
+    # a trainer that may prepare them hands back the prepared ones: not loaders to prepare
+    assert "mine" not in found and "theirs" not in found

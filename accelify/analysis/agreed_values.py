@@ -24,7 +24,7 @@ import libcst as cst
 
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import bound_arguments, star_forwarded
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import attributes_in_targets, dotted, unpacked_names, walk
 
@@ -251,11 +251,19 @@ class AgreedValues:
         alike where it is called (``cb.on_epoch_end(epoch, {"val_acc": acc})`` of a gathered
         ``acc``): followed into the parameter as a local's binding is; a call that leaves it
         out hands its default (a constant, a setting). Not for a function the file never calls
-        (its callers are elsewhere) nor a call that hands ``*args`` or ``**kwargs``."""
+        (its callers are elsewhere) nor a call that hands ``*args`` or ``**kwargs``, unless
+        it hands on the ``*args`` of the function around it (``getattr(cb, hook)(self,
+        *args)`` in ``def _run_callbacks(self, hook, *args)``): then what each call of that
+        function hands (`objects.star_forwarded`)."""
         calls = self.facts.flow.calls_of(function)
         if not calls:
             return False
         for call, implicit in calls:
+            forwarded = self._star_forwarded(call)
+            if forwarded is not None:
+                if not self._forwarded_alike(function, call, implicit, parameter, forwarded):
+                    return False
+                continue
             passed = [a for n, a in bound_arguments(function, call, implicit) if n == parameter]
             if not passed and not any(a.star for a in call.args):
                 if not self._default_alike(function, parameter):
@@ -264,6 +272,45 @@ class AgreedValues:
             if len(passed) != 1 or passed[0].star:
                 return False
             if not self.test_agreed(passed[0].value, call):
+                return False
+        return True
+
+    def _star_forwarded(self, call: cst.Call) -> list[list[cst.Arg]] | None:
+        """What ``call``'s ``*args`` holds at each call of the function around it, when it
+        hands that function's ``*args`` on and every such call can be told argument by
+        argument; else None."""
+        forwarded = star_forwarded(self.model, call)
+        outer = self.model.index.enclosing_function(call)
+        if not forwarded or outer is None:
+            return None
+        if len(forwarded) != len(self.model.call_graph.calls_of(outer)):
+            return None  # a caller hands ``*x`` or ``**x`` of its own: not told one by one
+        return forwarded
+
+    def _forwarded_alike(
+        self,
+        function: cst.FunctionDef,
+        call: cst.Call,
+        implicit: int,
+        parameter: str,
+        forwarded: list[list[cst.Arg]],
+    ) -> bool:
+        """Every list of arguments ``call``'s ``*args`` may hold passes ``parameter`` a value
+        every rank holds alike where it is written (in the outer call). A list that leaves out
+        a parameter with no default is not a call of ``function`` (``_run_callbacks(
+        "on_train_begin")`` runs another hook)."""
+        for arguments in forwarded:
+            pairs = bound_arguments(function, call, implicit, arguments)
+            passed = [a for n, a in pairs if n == parameter]
+            if not passed:
+                if self._default_alike(function, parameter) or not _has_default(
+                    function, parameter
+                ):
+                    continue
+                return False
+            if len(passed) != 1 or passed[0].star:
+                return False
+            if not self.test_agreed(passed[0].value, passed[0]):
                 return False
         return True
 
@@ -671,6 +718,11 @@ class AgreedValues:
                 )
             )
         return self._state_names
+
+
+def _has_default(function: cst.FunctionDef, parameter: str) -> bool:
+    every = (*function.params.params, *function.params.kwonly_params)
+    return any(p.name.value == parameter and p.default is not None for p in every)
 
 
 def _own_state_read(value: cst.BaseExpression) -> set[str]:

@@ -802,33 +802,149 @@ def _receive_tuples(
     callers' names for that element. A factory's tuple is handed as surely
     (``Trainer(make_loaders(cfg))``, or ``loaders = make_loaders(cfg)`` then
     ``Trainer(loaders)``): each attribute receives what the factory returns at its position,
-    made there, so no caller's name is its source."""
+    made there, so no caller's name is its source. The constructor may read the tuple under
+    another name (``self.loaders = loaders``), by place (``self.val_loader = loaders[1]``) or
+    through locals it unpacks it into (``train, val = loaders`` then ``self.train = train``):
+    one object under each (`_places_read`)."""
     added = 0
     calls = model.call_graph.calls_by_callee()
     for function in {f for f, _ in calls.items() if isinstance(f, cst.FunctionDef)}:
         if _enclosing_class(model, function) is None:
             continue
-        for assign in model.index.own_assignments(function):
-            if len(assigned_targets(assign)) != 1 or not isinstance(assign.value, cst.Name):
+        for parameter in [p.name.value for p in function.params.params]:
+            places = _places_read(model, function, parameter)
+            if not places:
                 continue
-            names = _target_names(assigned_targets(assign)[0])
-            if names is None or len(names) < 2 or not all(n.startswith("self.") for n in names):
-                continue
-            parameter = assign.value.value
             elements = _tuple_arguments(
                 model, function, parameter, calls.get(function, ()), parameters, classify
             )
-            if elements is None or len(elements) != len(names):
+            if elements is None:
                 continue
-            for index, name in enumerate(names):
+            for name, index, assign in places:
+                if index >= len(elements) or (name, id(function)) in known:
+                    continue
                 kinds = {element[index][0] for _, element in elements.calls}
-                if len(kinds) != 1 or None in kinds or (name, id(function)) in known:
+                if len(kinds) != 1 or None in kinds:
                     continue
                 added += bind(model, name, kinds.pop(), function, assign, known, received=True)
                 model.bindings[-1].sources.extend(
                     source for _, element in elements.calls if (source := element[index][1])
                 )
     return added
+
+
+def _places_read(
+    model: ScriptModel, function: cst.FunctionDef, parameter: str
+) -> list[tuple[str, int, cst.Assign]]:
+    """The attributes ``function`` binds to one element of the tuple ``parameter`` holds, each
+    with the element's place and the assignment: unpacked (``self.a, self.b = loaders``), by a
+    constant index (``self.a = loaders[0]``), through a name bound once to the parameter
+    (``self.loaders = loaders``), or through a local it unpacked it into (``a, b = loaders``
+    then ``self.a = a``). None of it when the parameter or a name is bound more than once
+    in ``function``: which object it holds would depend on the order they run in."""
+    if parameter in model.index.assigned_under(function):
+        return []  # ``if not loaders: loaders = make_loaders()``: two objects by turns
+    assignments = model.index.own_assignments(function)
+    counts: dict[str, int] = {}
+    for assign in assignments:
+        for target in assigned_targets(assign):
+            for name in _target_names(target) or [dotted(target)]:
+                if name is not None:
+                    counts[name] = counts.get(name, 0) + 1
+    aliases, locals_at, found = {parameter}, {}, []
+    for assign in assignments:
+        targets = assigned_targets(assign)
+        if not isinstance(assign, cst.Assign) or len(targets) != 1:
+            continue
+        value, target = dotted(assign.value), targets[0]
+        names = _target_names(target)
+        if names is None or any(counts.get(n, 0) != 1 for n in names):
+            continue
+        if value in aliases and len(names) == 1 and not isinstance(target, (cst.Tuple, cst.List)):
+            aliases.add(names[0])
+            continue
+        if value in aliases and len(names) >= 2:
+            places = list(enumerate(names))
+        elif value in locals_at and len(names) == 1:
+            places = [(locals_at[value], names[0])]
+        elif (index := _constant_index(assign.value, aliases)) is not None and len(names) == 1:
+            places = [(index, names[0])]
+        else:
+            continue
+        for index, name in places:
+            if name.startswith("self.") and name.count(".") == 1:
+                found.append((name, index, assign))
+            elif "." not in name:
+                locals_at[name] = index
+    return found
+
+
+def handed_loader_tuple(
+    model: ScriptModel, call: cst.Call
+) -> list[tuple[cst.Arg, list[Binding]]] | None:
+    """The arguments of ``call`` that are a call of a factory of the file returning a flat
+    tuple of DataLoaders, each with the attributes the constructor binds its elements to
+    (``Trainer(model, make_loaders(cfg))`` of ``self.train_loader, self.val_loader =
+    loaders``): made in the caller's argument, where no name holds them. None when there is
+    none."""
+    found = []
+    classify = value_classifier(model)
+    for function, implicit in model.call_graph.callees(call):
+        for parameter, argument in bound_arguments(function, call, implicit):
+            value = argument.value
+            if not isinstance(value, cst.Call) or callee(model, value) is None:
+                continue
+            if not _loader_tuple(dict(_call_returns(model, value, classify))):
+                continue
+            held = _tuple_held(model, function, parameter)
+            if held and all(b.kind is Kind.DATALOADER for b in held):
+                found.append((argument, held))
+    return found or None
+
+
+def tuple_handed_to(model: ScriptModel, binding: Binding) -> list[Binding]:
+    """The attributes that hold the elements of a tuple of loaders bound whole (``loaders =
+    make_loaders(cfg)``) once a call of its scope hands it to a constructor that reads it by
+    place (``Trainer(model, loaders)``): the same loaders under the instance's names."""
+    held = []
+    for call in model.calls:
+        if model.scope_of(call) is not binding.scope:
+            continue
+        for function, implicit in model.call_graph.callees(call):
+            for parameter, argument in bound_arguments(function, call, implicit):
+                if dotted(argument.value) == binding.name:
+                    held += _tuple_held(model, function, parameter)
+    return held
+
+
+def _tuple_held(
+    model: ScriptModel, function: cst.FunctionDef, parameter: str, depth: int = 0
+) -> list[Binding]:
+    """The received bindings of the elements of the tuple ``parameter`` holds: where
+    ``function`` reads it by place, or where a function it hands the parameter on to does
+    (``super().__init__(model, loaders)``)."""
+    places = {id(a) for _, _, a in _places_read(model, function, parameter)}
+    held = [
+        b for b in model.bindings if b.received and b.scope is function and id(b.assign) in places
+    ]
+    if depth >= ROUNDS or parameter in model.index.assigned_under(function):
+        return held
+    for call in model.index.calls_directly_in(function):
+        for target, implicit in model.call_graph.callees(call):
+            for name, argument in bound_arguments(target, call, implicit):
+                if isinstance(argument.value, cst.Name) and argument.value.value == parameter:
+                    held += _tuple_held(model, target, name, depth + 1)
+    return held
+
+
+def _constant_index(value: cst.BaseExpression, aliases: set[str]) -> int | None:
+    """``1`` of ``loaders[1]`` when ``loaders`` is one of ``aliases``."""
+    if not isinstance(value, cst.Subscript) or dotted(value.value) not in aliases:
+        return None
+    if len(value.slice) != 1 or not isinstance(value.slice[0].slice, cst.Index):
+        return None
+    index = value.slice[0].slice.value
+    return int(index.value) if isinstance(index, cst.Integer) else None
 
 
 #: One element of a handed tuple: its kind, and the caller's name for it (None when a factory
@@ -851,13 +967,20 @@ def _tuple_arguments(
     calls: Iterable[tuple[cst.Call, int]],
     parameters: dict[cst.FunctionDef, dict[str, Kind]],
     classify: Classify,
+    depth: int = 0,
 ) -> _TupleArguments | None:
     """The elements each call passes for ``parameter``, when every call passes a tuple of one
-    length: of names, or the flat tuple a factory of the file returns."""
+    length: of names, or the flat tuple a factory of the file returns, or a parameter of the
+    calling function that its own callers hand such a tuple (a subclass's
+    ``super().__init__(model, loaders)``)."""
     found = []
     for call, implicit in calls:
         argument = dict(bound_arguments(function, call, implicit)).get(parameter)
         value = argument.value if argument is not None else None
+        handed_on = _handed_on(model, call, value, parameters, classify, depth)
+        if handed_on is not None:
+            found.extend(handed_on.calls)
+            continue
         if isinstance(value, cst.Tuple):
             names = [dotted(e.value) for e in value.elements if isinstance(e, cst.Element)]
             if not names or None in names:
@@ -871,6 +994,27 @@ def _tuple_arguments(
     if not found or len({len(e) for _, e in found}) != 1:
         return None
     return _TupleArguments(found)
+
+
+def _handed_on(
+    model: ScriptModel,
+    call: cst.Call,
+    value: cst.BaseExpression | None,
+    parameters: dict[cst.FunctionDef, dict[str, Kind]],
+    classify: Classify,
+    depth: int,
+) -> _TupleArguments | None:
+    """What the callers of the function around ``call`` hand its parameter ``value``, when
+    ``call`` hands that parameter on unchanged (never rebound there)."""
+    caller = model.index.enclosing_function(call)
+    if not isinstance(value, cst.Name) or caller is None or depth >= ROUNDS:
+        return None
+    if value.value not in {p.name.value for p in caller.params.params}:
+        return None
+    if value.value in model.index.assigned_under(caller):
+        return None
+    outer = model.call_graph.calls_by_callee().get(caller, ())
+    return _tuple_arguments(model, caller, value.value, outer, parameters, classify, depth + 1)
 
 
 def _handed_factory_tuple(
@@ -1011,11 +1155,28 @@ def _kinds_of(
         if passed_on is not None:  # ``return build(cfg)``: what ``build`` returns
             answers.append(passed_on)
             continue
-        leaves = tuple_leaves(value) or [((), value)]
+        leaves = tuple_leaves(_tuple_named(model, function, value)) or [((), value)]
         answers.append([(p, _value_kind(model, function, e, classify)) for p, e in leaves])
     if not answers or any(answer != answers[0] for answer in answers):
         return []
     return answers[0] if any(kind is not None for _, kind in answers[0]) else []
+
+
+def _tuple_named(
+    model: ScriptModel, function: cst.FunctionDef | None, value: cst.BaseExpression
+) -> cst.BaseExpression:
+    """The tuple display a returned name is bound to, once, in the function (``loaders =
+    (train, val, test)`` then ``return loaders``): returned as if written in the return."""
+    if function is None or not isinstance(value, cst.Name):
+        return value
+    bound = [
+        a
+        for a in model.index.own_assignments(function)
+        if any(dotted(t) == value.value for t in assigned_targets(a))
+    ]
+    if len(bound) != 1 or len(model.index.assigned_under(function).get(value.value, [])) != 1:
+        return value
+    return bound[0].value if isinstance(bound[0].value, cst.Tuple) else value
 
 
 #: Functions whose returned calls are being followed: ``def a(): return b()`` with ``def b():
@@ -1064,7 +1225,7 @@ def _value_kind(
         for assign in model.index.own_assignments(function):
             if any(dotted(t) == name for t in assigned_targets(assign)):
                 return classify(assign.value, name)
-        return None
+        return _instance_kind(model, function, name)
     if isinstance(value, cst.Dict) and value.elements:
         # ``return {"train": train, "val": val}`` of loaders the factory made under those names
         kinds = {
@@ -1081,6 +1242,45 @@ def _value_kind(
         # shuffle: DataLoader(ds, ...)`` (or a function of the file): what that call makes
         kind = _made_by_a_call(model, value, classify)
     return kind
+
+
+def _instance_kind(model: ScriptModel, function: cst.FunctionDef, name: str) -> Kind | None:
+    """What ``self._train`` holds in a method that returns it (``def loaders(self): return
+    self._train, self._val``) when other methods of its class bind it: the kind every one of
+    those bindings agrees on (the constructor's ``self._train = DataLoader(...)``). Only for a
+    class that holds data and trains nothing (no model, optimizer or backward of its own): a
+    trainer that prepares its loaders hands back the prepared ones, which its callers must
+    not take for loaders to prepare."""
+    owner = _enclosing_class(model, function)
+    if owner is None or not name.startswith("self.") or name.count(".") != 1:
+        return None
+    if _trains_in(model, owner):
+        return None
+    kinds = {
+        b.kind
+        for b in model.bindings
+        if b.name == name and _enclosing_class(model, b.assign) == owner
+    }
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _trains_in(model: ScriptModel, owner: str) -> bool:
+    """The class ``owner``, or a class of the file derived from it (whose instances run its
+    methods), holds a model or an optimizer, or runs a backward."""
+    family = {owner}
+    grown = True
+    while grown:
+        derived = {
+            name
+            for name, definition in model.classes.items()
+            if any(dotted(base.value) in family for base in definition.bases)
+        }
+        grown = not derived <= family
+        family |= derived
+    held = (Kind.MODEL, Kind.OPTIMIZER)
+    if any(_enclosing_class(model, b.assign) in family for b in model.of_kind(*held)):
+        return True
+    return any(_enclosing_class(model, call) in family for call in model.backward_calls)
 
 
 def _made_by_a_call(model: ScriptModel, call: cst.Call, classify: Classify) -> Kind | None:

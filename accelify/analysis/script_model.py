@@ -791,6 +791,7 @@ def analyze(
     # ``return OPTIMIZERS[name](params)`` is classified with them
     collector = _Collector(model)
     _collect(model, collector)
+    _bind_stepped_optimizers(model, collector)
     model._call_names = {}  # the imports are all seen
     model._rank_reads = {}  # and every binding and parent
     _drop_gpu_indexes_read_as_numbers(model)
@@ -1249,6 +1250,65 @@ def own_method(model: ScriptModel, call: cst.Call, name: str) -> bool:
             isinstance(line, cst.FunctionDef) and line.name.value == name
             for line in owner.body.body
         )
+    )
+
+
+def _bind_stepped_optimizers(model: ScriptModel, collector: _Collector) -> None:
+    """``opt = cfg["optimizer"](model.parameters(), lr=...)`` or ``optimizer =
+    optimizer_cls(model.parameters())`` of ``optimizer_cls = getattr(torch.optim, args.opt)``:
+    a class the script picks at run time, so no name says what it makes. Handed a model's
+    parameters and stepped (``opt.step()``), it is the optimizer that trains that model, as
+    sure as one whose class is written out; left unbound, it went unprepared and was reviewed
+    as "parameters updated by hand". Asked after the walk: the steps may come later in the
+    file."""
+    stepped = {
+        dotted(member.value)
+        for member in model.index.attributes_named("step")
+        if isinstance(model.parent(member), cst.Call)
+    }
+    bound = {id(b.assign) for b in model.bindings}
+    for assign in model.assignments:
+        targets = assigned_targets(assign) if isinstance(assign, cst.Assign) else [assign.target]
+        name = dotted(targets[0]) if len(targets) == 1 else None
+        value = strip_self_methods(assign.value)  # type: ignore[arg-type]
+        if name is None or name not in stepped or id(assign) in bound:
+            continue
+        if not isinstance(value, cst.Call) or not _picked_at_run_time(model, value):
+            continue
+        statement = model.parent(assign)
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        if collector._inside_model_class(assign):
+            continue
+        scope = model.scope_of(assign)
+        model.bindings.append(
+            Binding(name, Kind.OPTIMIZER, scope, statement, assign, assign.value, model)  # type: ignore[arg-type]
+        )
+
+
+def _picked_at_run_time(model: ScriptModel, call: cst.Call) -> bool:
+    """A call handed a model's parameters first (``X(model.parameters(), ...)`` or
+    ``params=model.parameters()``) through something no import names: a table's entry
+    (``cfg["optimizer"]``, ``OPTIMIZERS[name]``), a config's field, a local bound at run
+    time. A library's callable (``torch_ema.ExponentialMovingAverage(model.parameters())``)
+    is what its name says and is classified by it."""
+    func = call.func
+    if isinstance(func, (cst.Name, cst.Attribute)):
+        spelt = dotted(func) or ""
+        if spelt.split(".")[0] in model.imports.bound:
+            return False
+        defined = {f.name.value for f in model.index.of_type(cst.FunctionDef)}  # type: ignore[attr-defined]
+        if spelt in defined or spelt in model.classes:
+            return False
+    elif not isinstance(func, cst.Subscript):
+        return False
+    handed = keyword_value(call, "params")
+    if handed is None and call.args and call.args[0].keyword is None and not call.args[0].star:
+        handed = call.args[0].value
+    return (
+        isinstance(handed, cst.Call)
+        and isinstance(handed.func, cst.Attribute)
+        and handed.func.attr.value == "parameters"
     )
 
 

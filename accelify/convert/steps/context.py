@@ -199,6 +199,9 @@ class Context:
     #: loops (by id) that evaluate only loaders left whole, so every rank evaluates all of it:
     #: their evaluation needs no gather (a loop that also trains, where none fits).
     left_whole: set[int] = field(default_factory=set)
+    #: loaders left unprepared because a loop that writes a file on the main process reads
+    #: them (by name: that loop): prepared, that process would write its own shard's results.
+    kept_for_writes: dict[str, cst.CSTNode] = field(default_factory=dict)
     #: file-writing blocks the conversion leaves on every rank (they compute what every rank
     #: needs): a file they write is not "saved on the main process".
     written_everywhere: list[cst.With] = field(default_factory=list)

@@ -386,11 +386,16 @@ def _copies_of_unmoved_models(ctx: Context) -> None:
     prepare (``ema = EMA(model)``, ``AveragedModel(model)``, a ``copy.deepcopy``): converted,
     prepare puts the model and the batches on this rank's device while the copy stays on the
     CPU (on a GPU, the copy's update or forward fails on mixed devices). The model is moved to
-    this rank's device before it is handed on, as prepare would move it."""
+    this rank's device before it is handed on, as prepare would move it. A model made in a
+    function nothing calls (an old ``make_trainer(cfg)`` beside the ``main()`` that builds
+    what runs) is not the one prepared, whatever its name: moving it would give that dead
+    function an ``accelerator`` parameter no caller passes."""
     placement = ctx.facts.placement
     for binding in ctx.model.of_kind(Kind.MODEL):
         name = binding.name
         if name in ctx.frozen or name not in ctx.plan.prepared:
+            continue
+        if placement.never_called(binding.scope):
             continue
         if strip_moves(binding.value) is not binding.value or _moved_anywhere(ctx, name):
             continue

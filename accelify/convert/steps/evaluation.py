@@ -62,6 +62,9 @@ def run(ctx: Context) -> None:
             )
             continue
         unprepared = ctx.unprepared_loaders(evaluation.loop)
+        if unprepared and all(n in ctx.kept_for_writes for n in unprepared):
+            _review_kept_for_writes(ctx, evaluation, unprepared)  # type: ignore[arg-type]
+            continue
         if unprepared:
             ctx.plan.review(
                 ctx.line(evaluation.loop.node),
@@ -145,6 +148,22 @@ def _gather_in_helper(ctx: Context, helper: HelperEvaluation, done: set[int]) ->
                 NoteKind.DIFFERS_ON_N_RANKS,
             )
     return bool(made)
+
+
+def _review_kept_for_writes(ctx: Context, evaluation: Evaluation, whole: list[str]) -> None:
+    """An evaluation of a loader left whole for a file the main process writes from it (every
+    sample's prediction listed): preparing that loader, as the usual advice says, would shard
+    the file too. What shards this evaluation alone is a loader of its own."""
+    lines = ", ".join(str(ctx.line(ctx.kept_for_writes[n])) for n in whole)
+    ctx.plan.review(
+        ctx.line(evaluation.loop.node),
+        f"evaluation left as is: it reads {loader_names(whole)} (left unprepared for the file "
+        f"the main process writes from it at line {lines}), so every rank evaluates all of it "
+        "and its metrics are right as they are (not sharded); to shard this evaluation alone, "
+        "give it a DataLoader of its own over the same data, prepare that one, and gather "
+        "predictions and labels together with "
+        f"{ctx.a_at(evaluation.loop.node, 'gather_for_metrics')}",
+    )
 
 
 def loader_names(unprepared: list[str | None]) -> str:

@@ -31,12 +31,14 @@ from accelify.analysis.objects import (
     attributes_kept,
     bound_arguments,
     callee,
+    handed_loader_tuple,
     is_dict_of_loader_dicts,
     is_loader_dict,
     is_loader_tuple,
     loader_property,
     received_name,
     returned_local,
+    tuple_handed_to,
 )
 from accelify.analysis.optimizer_models import entry_owners, parameter_owners, used_entry_aliases
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, per_fixed_iteration_steps
@@ -104,9 +106,11 @@ def run(ctx: Context, scope: Scope) -> None:
         if is_loader_tuple(ctx.model, binding):
             # one prepare call shards all its loaders: an evaluation of any of them that no
             # gather fits keeps the whole tuple as it is (its review line says why)
-            probe = {binding.name: Kind.DATALOADER}
+            # the same loaders under a trainer's names, once the tuple is handed to it
+            held = [b.name for b in tuple_handed_to(ctx.model, binding)]
+            probe = dict.fromkeys([binding.name, *held], Kind.DATALOADER)
             _keep_evaluated_loaders_whole(ctx, probe, {}, scope)
-            if probe and not _dict_evaluated_unsure(ctx, binding):
+            if len(probe) == 1 + len(set(held)) and not _dict_evaluated_unsure(ctx, binding):
                 _prepare_each_element(ctx, binding)
             continue
         chosen[binding.name] = binding.kind
@@ -270,6 +274,7 @@ def run(ctx: Context, scope: Scope) -> None:
             ctx.prepared_anchors.setdefault(name, []).append(anchor)
     _prepare_recreated_optimizers(ctx, scope)
     ctx.plan.prepared = [*(n for _, names in groups for n in names), *ctx.plan.prepared]
+    _prepare_tuples_handed_on(ctx, scope)
     ctx.prepare_anchor = groups[0][0]
     if ctx.acc == "self.accelerator":
         _prepare_step_driven_loaders(ctx)
@@ -433,6 +438,7 @@ def _leave_whole_for_their_own_loops(
         _leave_loops_handed_whole(ctx, chosen, created, site, name)
     for name, loop in _read_where_written(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, loop.node)
+        ctx.kept_for_writes[name] = loop.node
         ctx.plan.change(
             ctx.line(loop.node),
             f"{name} is read here, where a file is written on the main process: left "
@@ -1774,6 +1780,41 @@ def _prepare_each_value(ctx: Context, binding: Binding) -> None:
         return
     where = "it is received" if binding.received else "the dict is created"
     ctx.plan.change(binding.line, f"each loader of {name} prepared where {where}")
+
+
+def _prepare_tuples_handed_on(ctx: Context, scope: Scope) -> None:
+    """``Trainer(model, optimizer, make_loaders(cfg))`` in the scope that prepares: the
+    constructor keeps the factory's loaders (``self.train_loader, self.val_loader =
+    loaders``), which no name of this scope holds. Prepared in the argument,
+    ``accelerator.prepare(*make_loaders(cfg))`` (a tuple again, element by element), when
+    every one of them may be: one evaluated where no gather fits keeps them all whole (its
+    review line says why; the others' loops say they are not prepared)."""
+    if ctx.acc.startswith("self."):
+        return  # the constructor prepares what it receives
+    placement = ctx.facts.placement
+    for call in ctx.model.calls:
+        if ctx.model.scope_of(call) is not scope:
+            continue
+        for argument, held in handed_loader_tuple(ctx.model, call) or []:
+            names = [b.name for b in held]
+            probe = dict.fromkeys(names, Kind.DATALOADER)
+            _keep_evaluated_loaders_whole(ctx, probe, {}, scope)
+            top = placement.top_statement(call, scope)
+            if len(probe) != len(names) or top is None:
+                continue
+            code = f"{ctx.a('prepare')}(*{ctx.code(argument.value)})"
+            made = ctx.plan.replace(
+                argument.value,
+                lambda _node, code=code: cst.parse_expression(code),
+                ctx.line(call),
+                f"{', '.join(names)}, the tuple {ctx.code(argument.value.func)}() returns, "  # type: ignore[attr-defined]
+                "prepared where it is handed on",
+            )
+            if not made:
+                continue
+            ctx.need(top)
+            ctx.plan.prepared.extend(names)
+            ctx.prepared_arguments.update(names)
 
 
 def _prepare_each_element(ctx: Context, binding: Binding) -> None:
