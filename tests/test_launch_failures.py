@@ -1104,9 +1104,10 @@ def test_a_rank_that_raised_first_gives_its_exception_exit_code_though_the_agent
 
 
 def test_ranks_that_all_exit_2_from_argument_parsing_are_said_once_without_tracebacks(tmp_path):
-    """``launch -n 2 fail.py --bogus``: argparse prints its usage on each rank and raises
-    SystemExit(2) in its own code (no exit record: not the script's own sys.exit). No rank
-    printed a traceback; "(their tracebacks are above)" sent the user looking for some."""
+    """``launch -n 2 fail.py --bogus``: argparse prints its usage (on rank 0: the others are
+    quieted) and raises SystemExit(2) on each rank in its own code (no exit record: not the
+    script's own sys.exit). No rank printed a traceback; "(their tracebacks are above)" sent
+    the user looking for some."""
     for rank in (0, 1):
         collective_record._Recorder(tmp_path / "0", rank, skip=()).finish(LEAVING, 2)
     text, code = outcome.failed_run({0: failure(2, 7.0), 1: failure(2, 7.0)}, tmp_path, 0)
