@@ -59,6 +59,12 @@ class _LaunchCommand(click.Command):
     "else one per GPU of each machine, else 1 per machine).",
 )
 @click.option(
+    "--nproc-per-node",
+    "--nproc_per_node",
+    type=click.IntRange(min=1),
+    help="torchrun's spelling: processes on each machine (-n counts them over all machines).",
+)
+@click.option(
     "--num-machines",
     "--num_machines",
     type=click.IntRange(min=1),

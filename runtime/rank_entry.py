@@ -55,6 +55,8 @@ def main(arguments: Sequence[str], imports_exit_handlers: Sequence[tuple] = ()) 
     _registered_again(imports_exit_handlers)
     _record_collectives_once_the_group_exists(rank)
     _after_import("torch", _freeze_what_torch_made)
+    if rank != 0:
+        _after_import("argparse", _quiet_argument_parsers)
     if arguments[:1] == ["-m"]:
         module, code = _main_module_of_module(arguments[1])
         sys.argv = [module.__file__ or arguments[1], *arguments[2:]]
@@ -77,6 +79,21 @@ def _after_the_scripts_exit_handlers() -> None:
     collective_record.collectives_over()
     if collective_record.failing():
         gc.freeze()
+
+
+def _quiet_argument_parsers(argparse: ModuleType) -> None:
+    """Every rank parses the same command line, so a bad flag made each rank print the same
+    usage and error, N times (trial24: twice on ``-n 2``); rank 0 alone prints what argparse
+    writes (usage, errors, ``--help``), and every rank still exits as argparse decides. A
+    parser whose outcome differs between ranks (a default read from the rank's environment)
+    speaks on rank 0 only, as ``accelerator.print`` does."""
+    parser = getattr(argparse, "ArgumentParser", None)
+    if parser is not None and hasattr(parser, "_print_message"):
+        parser._print_message = _print_nothing
+
+
+def _print_nothing(self: Any, message: str, file: Any = None) -> None:
+    """``ArgumentParser._print_message`` of a rank other than 0."""
 
 
 def _registered_again(handlers: Sequence[tuple]) -> None:

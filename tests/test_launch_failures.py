@@ -652,6 +652,28 @@ def test_a_ranks_entry_freezes_torchs_objects_and_still_finalizes_the_scripts(tm
     ]
 
 
+BAD_FLAG = """
+import argparse
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+parser.parse_args()
+"""
+
+
+@pytest.mark.parametrize("rank, said", [("0", True), ("1", False)])
+def test_a_bad_script_flag_prints_its_usage_on_rank_0_only(tmp_path, rank, said):
+    """Every rank parses the same command line: its usage and error once, not once per rank
+    (trial24 saw them twice on ``-n 2``); every rank still exits 2."""
+    script = tmp_path / "train.py"
+    script.write_text(BAD_FLAG)
+    command = [sys.executable, "-m", "accelify.runtime.rank_entry", str(script), "--epoch-count"]
+    env = {**os.environ, "RANK": rank}
+    result = run_in_own_group(command, tmp_path, timeout=60, env=env)
+    assert result.returncode == 2
+    assert ("error: unrecognized arguments: --epoch-count" in result.stderr) is said, result.stderr
+
+
 def test_a_long_wait_for_a_busy_peer_is_a_hang_only_past_the_timeout():
     now = time.time()
     waiting = record(0, IN_COLLECTIVE, "gather", "train.py:88", since=now - 100.0)
@@ -822,6 +844,45 @@ def write_failure(records: Path, rank: int, summary: str, at: int, where: str = 
         "where": where,
     }
     (attempt / f"{rank}.json").write_text(json.dumps(text))
+
+
+#: torch 2.13's message, wrapped as torch wraps it (trial24's tsc_n2.txt)
+UNUSED_PARAMETERS = (
+    "RuntimeError: Expected to have finished reduction in the prior iteration before starting "
+    "a new one. This error indicates that your module has parameters that were not used in "
+    "producing loss. You can enable unused parameter detection by passing the keyword argument "
+    "`find_unused_parameters=True` to `torch.nn.parallel.DistributedDataParallel`, and by \n"
+    "making sure all `forward` function outputs participate in calculating loss. \n"
+    "If you already have done the above, then the distributed data parallel module wasn't able "
+    "to locate the output tensors in the return value of your module's `forward` function.\n"
+    "Parameter indices which did not receive grad for rank 0: 2 3\n"
+)
+
+
+def test_ddps_unused_parameter_error_is_said_whole_with_accelifys_fix(tmp_path):
+    """The one-line summary was cut where torch wraps the line ("..., and by "), and its advice
+    names a DDP argument the script never passes: the sentence is said whole, then the
+    Accelerator's spelling of the fix."""
+    write_failure(tmp_path, 0, UNUSED_PARAMETERS, at=1)
+    text, code = outcome.failed_run({0: failure(1), 1: failure(-signal.SIGTERM)}, tmp_path, 0)
+    assert code == 1
+    lines = text.splitlines()
+    summary = next(line for line in lines if "failed first:" in line)
+    assert summary.endswith(
+        "and by making sure all `forward` function outputs participate in calculating loss."
+    )
+    fix = lines[lines.index(summary) + 1]
+    assert fix.startswith("accelify launch: some parameters of the prepared model got no grad")
+    assert (
+        "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])"
+        in fix
+    )
+
+
+def test_a_one_line_message_is_not_joined_to_the_next(tmp_path):
+    write_failure(tmp_path, 0, "ValueError: bad shape\nexpected 3 got 4\n", at=1)
+    text, _ = outcome.failed_run({0: failure(1), 1: failure(-signal.SIGTERM)}, tmp_path, 0)
+    assert "failed first: ValueError: bad shape\n" in text + "\n"
 
 
 def test_a_rank_whose_peer_left_is_a_victim_and_the_leavers_exit_code_is_the_runs(tmp_path):
@@ -1043,9 +1104,10 @@ def test_a_rank_that_raised_first_gives_its_exception_exit_code_though_the_agent
 
 
 def test_ranks_that_all_exit_2_from_argument_parsing_are_said_once_without_tracebacks(tmp_path):
-    """``launch -n 2 fail.py --bogus``: argparse prints its usage on each rank and raises
-    SystemExit(2) in its own code (no exit record: not the script's own sys.exit). No rank
-    printed a traceback; "(their tracebacks are above)" sent the user looking for some."""
+    """``launch -n 2 fail.py --bogus``: argparse prints its usage (on rank 0: the others are
+    quieted) and raises SystemExit(2) on each rank in its own code (no exit record: not the
+    script's own sys.exit). No rank printed a traceback; "(their tracebacks are above)" sent
+    the user looking for some."""
     for rank in (0, 1):
         collective_record._Recorder(tmp_path / "0", rank, skip=()).finish(LEAVING, 2)
     text, code = outcome.failed_run({0: failure(2, 7.0), 1: failure(2, 7.0)}, tmp_path, 0)

@@ -415,14 +415,27 @@ def test_hf_launcher_flags_reach_every_rank(tmp_path):
         (["-n", "8"], 8),
         (["--num_processes", "8", "--num_machines", "2", "--main_process_ip", "10.0.0.1"], 4),
         (["--num_machines", "2", "--main_process_ip", "10.0.0.1"], 3),  # not given: the default
+        (["--nproc_per_node", "2"], 2),  # torchrun's spelling (trial24: "No such option")
+        (["--nproc-per-node", "4", "--num_machines", "2", "--main_process_ip", "10.0.0.1"], 4),
     ],
-    ids=["one-machine", "total-shared-by-two", "default-per-machine"],
+    ids=[
+        "one-machine",
+        "total-shared-by-two",
+        "default-per-machine",
+        "torchrun-per-node",
+        "torchrun-per-node-of-two",
+    ],
 )
 def test_num_processes_is_the_total_over_all_machines_as_in_hf(arguments, per_machine):
     plan = parsed(*arguments, "--main_process_port", "29400")
     check(plan, cuda_available=True)
     arguments = torchrun_arguments(plan, plan.config.num_processes or 3)
     assert arguments[arguments.index("--nproc-per-node") + 1] == str(per_machine)
+
+
+def test_torchruns_count_per_machine_beside_the_total_is_refused():
+    with pytest.raises(UserError, match="both give the count: give one"):
+        parsed("--nproc_per_node", "2", "-n", "2")
 
 
 def test_a_total_that_machines_cannot_share_is_refused():

@@ -1352,13 +1352,15 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
                 scalar = sorted(bad & set(found.scalar_losses))
                 if scalar:
                     found.advice = (
-                        "compute the loss from the gathered outputs and labels, or sum it "
-                        "weighted by batch size and reduce the totals across ranks"
+                        "compute the loss from the gathered outputs and labels, or total it over "
+                        "this rank's samples (a batch mean times the batch size) and reduce the "
+                        "totals across ranks"
                     )
                     return (
                         f"the metric at line {line} reads {', '.join(scalar)}, a loss the "
-                        "forward pass returns: one scalar per batch (this rank's mean), which "
-                        "gather_for_metrics cannot turn into per-sample values"
+                        "forward pass returns: one scalar per batch, computed from this rank's "
+                        "batch alone (a mean or a total), which gather_for_metrics cannot turn "
+                        "into per-sample values"
                     )
                 return (
                     f"the metric at line {line} reads {', '.join(sorted(bad))}, this rank's alone"

@@ -434,21 +434,32 @@ def _handed_to_several_instances(ctx: Context, scope: Scope) -> str | None:
     model, optimizer)``). Preparing in each instance wraps that model once per instance (DDP
     fails at the first backward: two allreduce hooks on each parameter), makes one Accelerator
     per instance, and shards the test instance's loader with no gather. None when no model is
-    handed twice."""
+    handed twice: two models made by different statements (an encoder, then the classifier
+    built around it) are two objects, and a call in a function nothing calls never runs."""
     if not isinstance(scope, cst.FunctionDef) or scope.name.value != "__init__":
         return None
     flow = ctx.facts.flow
     models = {n for n, kind in flow.params.get(scope, {}).items() if kind is Kind.MODEL}
-    handed: dict[str, list[int]] = {}
+    handed: list[tuple[_Handed, cst.Call]] = []
     for call, implicit in flow.calls_of(scope):
         for parameter, argument in bound_arguments(scope, call, implicit):
             name = dotted(argument.value)
             if parameter in models and name is not None:
-                handed.setdefault(name, []).append(ctx.line(call))
-    twice = {name: lines for name, lines in handed.items() if len(lines) > 1}
-    if not twice:
+                handed += [(e, call) for e in _seen_by_callers(ctx, name, call, scope)]
+    twice = next(
+        (
+            [entry for entry, _ in handed if entry.same_object(first)]
+            for index, (first, built) in enumerate(handed)
+            if any(
+                entry.same_object(first) and not _one_per_run(ctx, entry, other, first, built)
+                for entry, other in handed[index + 1 :]
+            )
+        ),
+        None,
+    )
+    if twice is None:
         return None
-    name, lines = next(iter(twice.items()))
+    name, lines = twice[0].name, sorted({ctx.line(entry.call) for entry in twice})
     owner = ctx.facts.placement.class_of(scope)
     cls = owner.name.value if owner is not None else "the class"
     return (
@@ -459,6 +470,46 @@ def _handed_to_several_instances(ctx: Context, scope: Scope) -> str | None:
         "create one Accelerator where the model, optimizer and loaders are made, prepare them "
         "there once, and hand the prepared objects (and the accelerator) to the instances"
     )
+
+
+def _seen_by_callers(
+    ctx: Context, name: str, call: cst.Call, function: cst.FunctionDef
+) -> list[_Handed]:
+    """The model ``call`` hands as ``name``, where it was made: none from a function nothing
+    calls; from a function (not a method) that hands on its own parameter (``build_trainer(
+    kind, model)``), what each of its callers hands it, at that caller's call."""
+    placement = ctx.facts.placement
+    factory = placement.enclosing_function(call)
+    if factory is not None and placement.never_called(factory):
+        return []
+    params = set() if factory is None or placement.is_method(factory) else _parameters(factory)
+    if name not in params:
+        return [_Handed(name, made_for(ctx.model, name, call), call, function)]
+    handed = []
+    for outer, implicit in ctx.facts.flow.calls_of(factory):  # type: ignore[arg-type]
+        for parameter, argument in bound_arguments(factory, outer, implicit):  # type: ignore[arg-type]
+            given = dotted(argument.value)
+            if parameter == name and given is not None:
+                handed.append(_Handed(given, made_for(ctx.model, given, outer), outer, function))
+    return handed
+
+
+def _parameters(function: cst.FunctionDef) -> set[str]:
+    return {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+
+
+def _one_per_run(
+    ctx: Context, one: _Handed, built: cst.Call, other: _Handed, other_built: cst.Call
+) -> bool:
+    """Two constructions seen at the same call of a factory that runs at most one of them:
+    each returns what it builds (``if kind == "pretrain": return Trainer(model, ...)`` then
+    ``return Trainer(model, ...)``), or they sit in different arms of one ``if``."""
+    if one.call is not other.call:
+        return False
+    returned = all(
+        any(isinstance(a, cst.Return) for a in ctx.model.ancestors(c)) for c in (built, other_built)
+    )
+    return returned or ctx.facts.placement.exclusive(built, other_built)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ GROUP_OF = {
     "multi_gpu": "Hardware Selection Arguments",
     "mixed_precision": "Resource Selection Arguments",
     "num_processes": "Resource Selection Arguments",
+    "nproc_per_node": "Resource Selection Arguments",
     "num_machines": "Resource Selection Arguments",
     "num_cpu_threads_per_process": "Resource Selection Arguments",
     "gradient_accumulation_steps": "Resource Selection Arguments",

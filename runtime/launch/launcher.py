@@ -56,8 +56,15 @@ def merge(
 ) -> LaunchConfig:
     """Flags win over the file: only flags the user gave (not None) replace file values,
     option by option for the backends' options too. Inside a Slurm allocation (``environ``,
-    the launcher's environment) the allocation's placement sits between the two."""
+    the launcher's environment) the allocation's placement sits between the two. torchrun's
+    ``--nproc-per-node`` counts one machine's processes: times the machines, it is -n."""
     given = {key: value for key, value in overrides.items() if value is not None}
+    per_node = given.pop("nproc_per_node", None)
+    if per_node is not None and "num_processes" in given:
+        raise UserError(
+            "--nproc-per-node (torchrun's: processes on each machine) and -n (processes in all) "
+            "both give the count: give one"
+        )
     if environ is not None:
         use_cpu = bool(given.get("use_cpu", file_config.use_cpu))
         allocation = slurm.placement(environ, use_cpu)
@@ -75,6 +82,8 @@ def merge(
         if flags:
             given[section] = replace(getattr(file_config, section), **flags)
     config = replace(file_config, **given)
+    if per_node is not None:  # torchrun's count is per machine, -n's over all of them
+        config = replace(config, num_processes=int(per_node) * config.num_machines)
     gpus = selected_gpus(config)
     if gpus and config.num_processes is None:
         config = replace(config, num_processes=len(gpus) * config.num_machines)

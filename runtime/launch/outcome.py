@@ -202,6 +202,7 @@ def _raised(
         f"{PREFIX} rank {first.rank} failed first; its traceback:",
         first.traceback.rstrip(),
         f"{PREFIX} rank {first.rank} failed first{_at(first)}: {_one_line(first)}",
+        *_accelify_fix(first),
     ]
     state = (states or {}).get(first.rank)
     if state is not None and state.sequence and (met := _met_elsewhere(states or {}, state)):
@@ -499,12 +500,44 @@ def _at(failure: Failure) -> str:
 
 
 def _one_line(failure: Failure) -> str:
+    """The exception's first line; a line torch wrapped mid-sentence (it ends in a space, no
+    full stop: DDP's unused-parameter error broke after "..., and by ") goes on with the
+    next, a few at most, until its sentence ends."""
     lines = [line for line in failure.summary.splitlines() if line.strip()]
     if not lines:
         return "an exception"
     if WORKER_TRACEBACK in failure.summary:
         return f"{lines[-1]} (in a DataLoader worker)"
-    return lines[0]
+    joined, last = lines[0].strip(), lines[0]
+    for line in lines[1:_WRAPPED_LINES]:
+        if not last[-1:].isspace() or joined.endswith(_SENTENCE_ENDS):
+            break
+        joined, last = f"{joined} {line.strip()}", line
+    return joined
+
+
+#: how many lines of a wrapped sentence the one-line summary takes
+_WRAPPED_LINES = 4
+_SENTENCE_ENDS = (".", "!", "?", ":", ")", "]", "'", '"', "`")
+
+#: what DDP's own advice means in accelify terms, for errors whose text names a DDP argument
+#: the script never passes (the Accelerator builds the DDP wrapper)
+_ACCELIFY_FIXES = (
+    (
+        "Expected to have finished reduction in the prior iteration",
+        "some parameters of the prepared model got no gradient in a step (a branch the forward "
+        "did not take, a head the loss does not use, or a model inside another that another "
+        "optimizer trains): create the Accelerator with "
+        "`Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters="
+        "True)])` (`from accelify import DistributedDataParallelKwargs`), or make every "
+        "parameter take part in the loss",
+    ),
+)
+
+
+def _accelify_fix(failure: Failure) -> list[str]:
+    """A line with accelify's fix for an error whose own advice is DDP's constructor."""
+    return [f"{PREFIX} {fix}" for marker, fix in _ACCELIFY_FIXES if marker in failure.summary][:1]
 
 
 def _exit_code(exitcode: int) -> int:

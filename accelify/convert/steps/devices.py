@@ -675,6 +675,22 @@ def _helper_with_effects(ctx: Context, value: cst.BaseExpression) -> bool:
     )
 
 
+def _replaced_with_its_binding(ctx: Context, read: cst.CSTNode) -> bool:
+    """``device = torch.device(cfg.device)`` outside the class that holds
+    ``self.accelerator``: `run_devices` replaces the whole value with the process state's
+    device, so the read inside it needs no accelerator of its own. Planned anyway, its edit
+    would be refused there, with a review line that says it was left as it is (lit2 of
+    trial24: "`cfg.device` left as is" beside "it is now PartialState().device")."""
+    if ctx.plan.reaches(read):
+        return False
+    return any(
+        _makes_a_torch_device(binding.value)
+        and not _unpacked(binding)
+        and ctx.facts.placement.inside(read, binding.value)
+        for binding in ctx.model.of_kind(Kind.DEVICE)
+    )
+
+
 def _set_after(ctx: Context, binding: Binding, device: str, why: str) -> None:
     """``name = accelerator.device`` right after the binding's statement, noted only when it
     is made: outside the class that owns ``self.accelerator`` the insert is refused, and the
@@ -798,6 +814,7 @@ def _review_overridden_field(ctx: Context, binding: Binding, field: OverriddenFi
         if _places(ctx, read)
         # ``model = Net().to(config.device)``: the move goes (prepare places it)
         and not any(ctx.facts.placement.inside(read, made) for made in models)
+        and not _replaced_with_its_binding(ctx, read)
     ]
     for read in placing:
         call = _call_around(ctx, read)

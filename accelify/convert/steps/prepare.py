@@ -371,10 +371,11 @@ def _leave_whole_for_their_own_loops(
     for name, evaluation in _evaluated_unsure(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, evaluation.loop.node)
         advice = _sharding_advice(ctx, evaluation)
+        shown, it = _left_whole_words(ctx, evaluation, [name])
         ctx.plan.review(
             ctx.line(evaluation.line_node),
-            f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
-            f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
+            f"evaluation left as is: {evaluation.unsure}; {shown} (correct, not sharded); to "
+            f"shard {it}, {advice}",
         )
     beside = _evaluated_beside_a_whole_loader(ctx, scope, chosen) if scope is not None else {}
     for name, (loop, whole) in beside.items():
@@ -2086,13 +2087,30 @@ def _leave_evaluated_whole(
         evaluation = unsure[next(iter(origins[name]))]
         unprepared.remove(name)
         ctx.left_whole.add(id(evaluation.loop.node))
-        shown = ", ".join(sorted(origins[name])) if by_caller else name
+        shown, it = _left_whole_words(
+            ctx, evaluation, sorted(origins[name]) if by_caller else [name]
+        )
         advice = _sharding_advice(ctx, evaluation)
         ctx.plan.review(
             ctx.line(evaluation.line_node),
-            f"evaluation left as is: {evaluation.unsure}; {shown} is left unprepared, so every "
-            f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
+            f"evaluation left as is: {evaluation.unsure}; {shown} (correct, not sharded); to "
+            f"shard {it}, {advice}",
         )
+
+
+def _left_whole_words(ctx: Context, evaluation: Evaluation, names: list[str]) -> tuple[str, str]:
+    """``test_loader and val_loader are left unprepared, so ...`` and its pronoun: every
+    loader no training loop reads that reaches the evaluation's loop, whichever method's
+    parameter it is said for, so that the two methods it passes through (``fit(val_loader)``
+    calling ``self.evaluate(loader)``, and ``evaluate`` handed ``test_loader`` by ``main``)
+    say one line, not two that overlap (trial24 lit2: "test_loader, val_loader is left
+    unprepared" beside "val_loader is left unprepared")."""
+    reaching = sorted(_loader_origins(ctx, evaluation.loop) - _trained_loaders(ctx))
+    names = reaching if set(names) <= set(reaching) else names
+    if len(names) == 1:
+        return f"{names[0]} is left unprepared, so every rank evaluates all of it", "it"
+    listed = f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"{listed} are left unprepared, so every rank evaluates all of them", "them"
 
 
 def _prepare_at_call(

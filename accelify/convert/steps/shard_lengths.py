@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.accumulation import stepped_every
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT
 from accelify.analysis.script_model import Binding, Kind
@@ -112,8 +113,73 @@ def size_received(ctx: Context, schedulers: set[str]) -> None:
 
 def run(ctx: Context) -> None:
     """Once every ``prepare`` is placed: the prepared schedulers a ``prepare`` took before the
-    loader's receiving method was seen, sized the same way (those already sized are skipped)."""
+    loader's receiving method was seen, sized the same way (those already sized are skipped);
+    then those sized from a loader's length before the loader is prepared."""
     size_received(ctx, set(ctx.plan.prepared))
+    review_sized_before_prepare(ctx)
+
+
+def review_sized_before_prepare(ctx: Context) -> None:
+    """``steps_total = epochs * len(train_loader)`` above the prepare that takes both the loader
+    and the scheduler sized by it: the whole set's batches. Prepared, each of N ranks reads
+    its shard's batches, rounded up, and the scheduler steps N times at each step(): where the
+    batches do not split evenly it takes other steps than the length counts, most often more
+    (trial24's lit.py: 13 batches, 7 per rank on 2 ranks, 56 steps for a cosine sized 52, whose
+    LR rose again past its end). The code stays (even splits are exact, and HF's scripts size
+    so); a review line says how to size it in the steps it takes. Only for a scheduler stepped
+    per batch or per optimizer step: one stepped per epoch counts epochs."""
+    prepared = set(ctx.plan.prepared)
+    for binding in ctx.model.of_kind(Kind.SCHEDULER):
+        if binding.name not in prepared or binding.received or binding.value is None:
+            continue
+        if PROCESS_COUNT.search(ctx.code(binding.value)):
+            continue
+        steps = ctx.facts.flow.scheduler_steps({binding.name})
+        if not any(s.per_batch and not _per_optimizer_step(ctx, s.call) for s in steps):
+            continue  # per epoch it counts epochs; per accumulated step `accumulation` says it
+        found = _Reads(ctx, set(ctx.prepared_after) & prepared)
+        found.follow(binding.value, binding.statement, _DEPTH)
+        for length in found.lengths:
+            loader = _measured_name(length.args[0].value)
+            anchor = ctx.prepared_after.get(loader or "")
+            if id(length) in ctx.sized_lengths or anchor is None or not _above(ctx, length, anchor):
+                continue
+            ctx.sized_lengths.add(id(length))
+            ctx.plan.review(
+                ctx.line(length),
+                f"{binding.name} is sized from {ctx.code(length)}, read before {loader} is "
+                f"prepared (after line {ctx.line(anchor)}): prepared, each rank reads its "
+                "shard's batches, rounded up, and the prepared scheduler steps num_processes "
+                "times at each step(), so where the batches do not split evenly over the ranks "
+                "it does not take the steps this length counts (most often a few more: the "
+                "schedule reaches its end early, and a cosine or lambda schedule goes past it); "
+                f"to size it in the steps it takes, prepare {loader} above this line "
+                f"(`{loader} = {ctx.a('prepare')}({loader})`, the accelerator made before it) "
+                "and count each rank's steps from its length, times "
+                f"{ctx.a('num_processes')} (`{ctx.code(length)} * {ctx.a('num_processes')}` "
+                "where it steps once per batch)",
+            )
+
+
+def _per_optimizer_step(ctx: Context, call: cst.Call) -> bool:
+    """``scheduler.step()`` in a loop that accumulates gradients: a prepared scheduler inside
+    ``accumulate()``, or under the loop's step test, counts optimizer steps, and the
+    accumulation step's own review lines say how to size it."""
+    placement = ctx.facts.placement
+    return any(
+        placement.inside(call, loop.node)
+        and (
+            ctx.facts.accumulation_in(loop) is not None
+            or stepped_every(loop, ctx.facts) is not None
+        )
+        for loop in ctx.model.loops
+    )
+
+
+def _above(ctx: Context, node: cst.CSTNode, anchor: cst.CSTNode) -> bool:
+    """``node`` runs in the scope of the statement the prepare call follows, at or above it."""
+    scope = ctx.model.scope_of(anchor)
+    return ctx.model.scope_of(node) is scope and ctx.line(node) <= ctx.line(anchor)
 
 
 class _Reads:
