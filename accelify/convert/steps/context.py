@@ -218,6 +218,12 @@ class Context:
     #: arguments found this round that the Accelerator cannot read where it is made
     #: (`accelerator._late_arguments`): the conversion is planned again without them.
     to_withhold: dict[str, str] = field(default_factory=dict)
+    #: schedulers a previous round prepared while every loop that steps them trains on a
+    #: loader left unprepared, each with why (`prepare.stepped_over_unprepared_loaders`): this
+    #: round leaves them out of ``prepare``, so they keep the pace of the whole loader.
+    left_whole_schedulers: dict[str, str] = field(default_factory=dict)
+    #: such schedulers found this round: the conversion is planned again without them.
+    to_leave_whole: dict[str, str] = field(default_factory=dict)
     #: statements that go right after the ``Accelerator(...)`` is created.
     after_creation: list[str] = field(default_factory=list)
     #: module-level helpers outside the class that owns ``self.accelerator`` that take it as
