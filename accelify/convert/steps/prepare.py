@@ -42,7 +42,7 @@ from accelify.analysis.optimizer_models import entry_owners, parameter_owners, u
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
 from accelify.analysis.sharded_loaders import sharding_sampler
-from accelify.analysis.shared_loops import PhaseLoaders
+from accelify.analysis.shared_loops import PhaseLoaders, SharedLoopEvaluation
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
     assigned_targets,
@@ -342,14 +342,7 @@ def _leave_whole_for_their_own_loops(
     for name in whole:
         chosen.pop(name)
         created.pop(name, None)
-        through = shared[name]
-        ctx.plan.review(
-            ctx.line(through.call),
-            f"{name} is evaluated by {through.function.name.value}(), whose loop also trains "
-            f"(line {ctx.line(through.loop.node)}): no gather fits a loop that runs in both "
-            f"modes, so {name} is left unprepared and every rank evaluates all of it (correct, "
-            "not sharded); give evaluation a loop of its own to shard it and gather there",
-        )
+        _review_shared_evaluation(ctx, name, shared[name])
     for name, loop in _evaluated_out_of_reach(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, loop)
         static = ctx.in_static(loop)
@@ -440,6 +433,16 @@ def _leave_whole_for_their_own_loops(
             f"{name} is read here, where a file is written on the main process: left "
             "unprepared, so that process writes every sample's result",
         )
+
+
+def _review_shared_evaluation(ctx: Context, name: str, through: SharedLoopEvaluation) -> None:
+    ctx.plan.review(
+        ctx.line(through.call),
+        f"{name} is evaluated by {through.function.name.value}(), whose loop also trains "
+        f"(line {ctx.line(through.loop.node)}): no gather fits a loop that runs in both "
+        f"modes, so {name} is left unprepared and every rank evaluates all of it (correct, "
+        "not sharded); give evaluation a loop of its own to shard it and gather there",
+    )
 
 
 def _leave_whole_beside_those_left(
@@ -2105,6 +2108,15 @@ def _leave_evaluated_whole(
     do (``engine.evaluation(valLoader)``), for a loader that would be prepared at their call."""
     flow = ctx.facts.flow
     origins = {name: flow.origins(name, method.body) - {None} for name in unprepared}
+    shared = ctx.facts.shared_loop_evaluations
+    for name in list(unprepared):
+        if not origins[name] or not origins[name] <= set(shared):
+            continue
+        # ``fit(train_loader, val_loader)`` evaluating ``val_loader`` through a loop that
+        # also trains: prepared here, its totals would be one rank's shard
+        unprepared.remove(name)
+        origin = sorted(origins[name])[0]
+        _review_shared_evaluation(ctx, origin if by_caller else name, shared[origin])
     candidates = {o: Kind.DATALOADER for found in origins.values() for o in found}
     unsure = _evaluated_unsure(ctx, dict(candidates))  # type: ignore[arg-type]
     for name in list(unprepared):
@@ -2137,6 +2149,12 @@ def _prepare_at_call(
         if parameter not in loaders or not isinstance(value, cst.Name):
             continue
         if all(o in prepared for o in flow.origins(value.value, call, stop=prepared)):
+            continue
+        through = ctx.facts.shared_loop_evaluations.get(value.value)
+        if through is not None and through.call is call:
+            # ``trainer.run_epoch(test_loader)`` with training off, through the loop that also
+            # trains: no gather fits there, so the loader stays whole on every rank
+            _review_shared_evaluation(ctx, value.value, through)
             continue
         code = f"{receiver}.accelerator.prepare({value.value})"
         ctx.plan.replace(
