@@ -509,9 +509,10 @@ class Context:
         self, node: cst.CSTNode, owner: cst.ClassDef | None = None, depth: int = 0
     ) -> str | None:
         """``trainer`` for ``node`` outside the class that owns ``self.accelerator``, in a scope
-        where ``trainer = Trainer(...)`` was created before it: the accelerator is reached
-        there as ``trainer.accelerator``. ``owner``: that class, asked before the prepare call
-        is planned (which names it otherwise)."""
+        where ``trainer = Trainer(...)`` (or a factory that returns one: ``fitter =
+        make_fitter(cfg)``) was created before it: the accelerator is reached there as
+        ``trainer.accelerator``. ``owner``: that class, asked before the prepare call is
+        planned (which names it otherwise)."""
         if not self.acc.startswith("self."):
             return None
         if owner is None and self.prepare_anchor is not None:
@@ -526,7 +527,7 @@ class Context:
                 and self.line(assign) < self.line(node)
                 and runs_before(self.model, assign, node)
                 and isinstance(value, cst.Call)
-                and dotted(value.func) == owner.name.value
+                and self.model.call_graph.made_by(value) == owner.name.value
                 and len(assigned_targets(assign)) == 1
                 and isinstance(assigned_targets(assign)[0], cst.Name)
             ):
