@@ -17,7 +17,7 @@ from accelify.analysis.loss_sources import made_for
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, Scope, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, has_parameter, walk
 from accelify.convert.steps import (
     accelerator,
     accumulation,
@@ -446,11 +446,15 @@ def _handed_to_several_instances(ctx: Context, scope: Scope) -> str | None:
     flow = ctx.facts.flow
     models = {n for n, kind in flow.params.get(scope, {}).items() if kind is Kind.MODEL}
     handed: dict[str, list[int]] = {}
+    seen: set[tuple[str, int]] = set()  # a factory's call builds one instance, whichever return
     for call, implicit in flow.calls_of(scope):
         for parameter, argument in bound_arguments(scope, call, implicit):
-            name = dotted(argument.value)
-            if parameter in models and name is not None:
-                handed.setdefault(name, []).append(ctx.line(call))
+            if parameter not in models:
+                continue
+            for name, line in _models_handed(ctx, call, argument):
+                if (name, line) not in seen:
+                    seen.add((name, line))
+                    handed.setdefault(name, []).append(line)
     twice = {name: lines for name, lines in handed.items() if len(lines) > 1}
     if not twice:
         return None
@@ -465,6 +469,31 @@ def _handed_to_several_instances(ctx: Context, scope: Scope) -> str | None:
         "create one Accelerator where the model, optimizer and loaders are made, prepare them "
         "there once, and hand the prepared objects (and the accelerator) to the instances"
     )
+
+
+def _models_handed(ctx: Context, call: cst.Call, argument: cst.Arg) -> list[tuple[str, int]]:
+    """The models a construction ``call`` hands over by ``argument``, each with the line that
+    names it. In a factory that returns what it builds (``return Trainer(model, opt, ...)``)
+    and is handed the model (``build_trainer("finetune", clf, args)``), one per call of the
+    factory, by the name and line of that call: each call builds one instance, and calls that
+    hand two different models build two instances with different models. A construction in a
+    factory nothing names builds none."""
+    name = dotted(argument.value)
+    if name is None:
+        return []
+    function = ctx.facts.placement.enclosing_function(call)
+    returned = isinstance(ctx.model.parent(call), cst.Return)
+    if function is not None and ctx.facts.placement.never_called(function):
+        return []  # an old factory left beside the code that runs: it builds nothing
+    if function is None or not returned or not has_parameter(function, name):
+        return [(name, ctx.line(call))]
+    if not ctx.facts.flow.calls_of(function):
+        return [(name, ctx.line(call))]  # named, not called here: its calls are not known
+    return [
+        (outer, ctx.line(passed))
+        for passed in ctx.facts.flow.call_site_arguments(name, call)
+        if (outer := dotted(passed.value)) is not None
+    ]
 
 
 @dataclass(frozen=True)
