@@ -796,13 +796,18 @@ def _review_overridden_field(ctx: Context, binding: Binding, field: OverriddenFi
     ]
     for read in placing:
         call = _call_around(ctx, read)
+        # outside the class that owns ``self.accelerator`` (a factory that builds the trainer):
+        # the instance's accelerator, or the process state, whose device is the same
+        acc = ctx.accelerator_at(read)
         planned = ctx.plan.add(
-            rewrites.use_device(read, ctx.acc),
+            rewrites.use_device(read, acc),
             line=ctx.line(read),
-            text=f"{ctx.code(read)} -> {ctx.a('device')} (where it places a tensor)",
+            text=f"{ctx.code(read)} -> {acc}.device (where it places a tensor)",
             gives_way_to=[call, ctx.statement_of(call)],
+            anywhere=acc != ctx.acc,
         )
-        ctx.need(read, when=planned.in_effect)
+        if acc == ctx.acc:
+            ctx.need(read, when=planned.in_effect)
     default = f"{field.owner.name.value}.{field.field} = {ctx.code(binding.value)}"
     if passed is None:
         said = (
@@ -904,7 +909,11 @@ def _review_handed_by_callers(ctx: Context, binding: Binding, shown: str) -> Non
         return
     assert isinstance(binding.value, cst.Name)
     flags: list[str] = []
+    placement = ctx.facts.placement
     for call, implicit in ctx.facts.calls.calls_of(function):
+        caller = placement.enclosing_function(call)
+        if caller is not None and placement.never_called(caller):
+            continue  # an old factory left beside the code that runs: its call never runs
         for parameter, argument in bound_arguments(function, call, implicit):
             if parameter != binding.value.value:
                 continue
