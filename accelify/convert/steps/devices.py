@@ -32,6 +32,7 @@ from accelify.analysis.syntax import (
     all_params,
     attributes_in_targets,
     dotted,
+    has_parameter,
     root_name,
     self_parameter,
     target_names,
@@ -917,12 +918,13 @@ def _review_handed_by_callers(ctx: Context, binding: Binding, shown: str) -> Non
         for parameter, argument in bound_arguments(function, call, implicit):
             if parameter != binding.value.value:
                 continue
-            handed = dotted(argument.value)
-            if handed is not None and ctx.facts.flow.kind_of(handed, call) is Kind.DEVICE:
-                continue
-            for read in device_choosers(ctx.model, argument, argument.value):
-                if read not in flags:
-                    flags.append(read)
+            for passed in _forwarded(ctx, argument, call):
+                handed = dotted(passed.value)
+                if handed is not None and ctx.facts.flow.kind_of(handed, passed) is Kind.DEVICE:
+                    continue
+                for read in device_choosers(ctx.model, passed, passed.value):
+                    if read not in flags:
+                        flags.append(read)
     if not flags:
         return
     read = ", ".join(flags)
@@ -932,6 +934,24 @@ def _review_handed_by_callers(ctx: Context, binding: Binding, shown: str) -> Non
         f"rank's, so {read} no longer chooses it (on a GPU machine every rank runs on its "
         "GPU); for a CPU run, launch with `accelify launch --cpu` or pass Accelerator(cpu=...)",
     )
+
+
+def _forwarded(ctx: Context, argument: cst.Arg, call: cst.Call) -> list[cst.Arg]:
+    """What ``argument`` hands on: itself, or, where it is a parameter the function around
+    ``call`` never rebinds (a factory's ``device`` of ``build_trainer(kind, model, device)``),
+    what each call of that function passes for it (``args.device``): the choice is made there,
+    not by an ``if kind == ...`` around the factory's return."""
+    value = argument.value
+    function = ctx.facts.placement.enclosing_function(call)
+    if (
+        not isinstance(value, cst.Name)
+        or function is None
+        or not has_parameter(function, value.value)
+        or ctx.model.index.assigned_under(function).get(value.value)
+    ):
+        return [argument]
+    passed = ctx.facts.flow.call_site_arguments(value.value, call)
+    return passed or [argument]
 
 
 def _other_reads_of_the_parameter(
