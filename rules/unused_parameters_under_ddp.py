@@ -93,6 +93,32 @@ _DETACHED = (
 )
 
 
+#: A classifier over an encoder another class of the file builds, handed to its constructor:
+#: ``{forward}`` is what the classifier's forward returns.
+_NESTED = (
+    "from torch import nn\n"
+    + HEADER
+    + "\n\nclass Encoder(nn.Module):\n"
+    + "    def __init__(self):\n"
+    + "        super().__init__()\n"
+    + "        self.enc = nn.Linear(4, 8)\n"
+    + "        self.dec = nn.Linear(8, 4)\n"
+    + "\n"
+    + "    def forward(self, x):\n"
+    + "        return self.dec(self.enc(x))\n"
+    + "\n\nclass Classifier(nn.Module):\n"
+    + "    def __init__(self, encoder):\n"
+    + "        super().__init__()\n"
+    + "        self.encoder = encoder\n"
+    + "        self.head = nn.Linear(8, 2)\n"
+    + "\n"
+    + "    def forward(self, x):\n"
+    + "        return {forward}\n"
+    + "\n\n"
+    + "model = accelerator.prepare(Classifier(Encoder()))\n"
+)
+
+
 class UnusedParametersUnderDdp(Rule):
     """A prepared model whose forward leaves some of its parameters without a gradient in a
     training step: a layer ``__init__`` builds and ``forward`` never calls (or calls only under
@@ -168,6 +194,8 @@ class UnusedParametersUnderDdp(Rule):
             16,
             9,
         ),
+        # a part of a member built by another class of the file: only its encoder runs
+        Example(_NESTED.replace("{forward}", "self.head(self.encoder.enc(x))"), 26, 9),
         # an ACGAN's discriminator step that drops the class head's output
         Example(
             _ACGAN
@@ -180,6 +208,10 @@ class UnusedParametersUnderDdp(Rule):
         Example(_DETACHED.replace("{kept}", "h.detach()"), 18, 28),
     )
     good = (
+        # every part of the member runs, one after the other
+        _NESTED.replace("{forward}", "self.head(self.encoder.dec(self.encoder.enc(x)))"),
+        # the member runs whole (its own forward uses both parts)
+        _NESTED.replace("{forward}", "self.head(self.encoder.enc(x)) + self.encoder(x).sum()"),
         # the dropped output (an RNN's hidden state) is made by layers the kept one needs too
         _DETACHED.replace("{kept}", "h"),
         _ACGAN

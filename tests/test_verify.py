@@ -606,6 +606,24 @@ def test_check_3_reads_an_evaluation_through_a_loop_that_also_trains():
     assert "no evaluation loop" not in check.verdict
 
 
+def test_check_3_reads_a_loader_prepared_where_it_is_handed_to_a_loop_that_also_trains():
+    """``trainer.run_epoch(trainer.accelerator.prepare(test_loader))``, through the trainer's
+    loop that also trains (a trial's test pass, prepared at the call): its totals are one
+    rank's shard, and check 3 lists that pass (it was left out of the rows, and passed)."""
+    case = FIXTURES / "convert" / "test_pass_through_a_loop_that_also_trains_reads_its_loader_whole"
+    converted = (case / "after.py").read_text(encoding="utf-8")
+    handed = "trainer.run_epoch(test_loader)"
+    assert handed in converted
+    converted = converted.replace(
+        handed, "trainer.run_epoch(trainer.accelerator.prepare(test_loader))"
+    )
+    check = check_evaluation_code(converted, "after.py", steps=5)
+    assert not check.passed, check.verdict
+    rows = {header: verdict for _, header, verdict in check.rows}
+    assert rows["trainer.run_epoch(..., test_loader, ...)"].startswith("ONE SHARD"), rows
+    assert rows["self.run_epoch(..., val_loader, ...)"] == "whole set: its loader is not prepared"
+
+
 def test_loaders_zipped_on_one_for_line_share_the_steps_backward(tmp_path: Path):
     """``for a, b in zip(loader_a, loader_b):`` starts both passes on one line before either
     yields: the step's backward belongs to both, so neither reads as an evaluation that gathers

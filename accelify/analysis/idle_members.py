@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.reached_returns import reached_return
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, holds_own, self_parameter, target_names, walk
@@ -60,7 +61,99 @@ def idle_members(model: ScriptModel, class_name: str) -> list[tuple[str, cst.CST
     used = _used_in(model, forward, methods)
     if used is None:
         return []
-    return [(name, node) for name, node in members.items() if name not in used]
+    idle = [(name, node) for name, node in members.items() if name not in used]
+    return idle + _idle_parts(model, init, forward, methods, set(used))
+
+
+def _idle_parts(
+    model: ScriptModel,
+    init: cst.FunctionDef,
+    forward: cst.FunctionDef,
+    methods: dict[str, cst.FunctionDef],
+    used: set[str],
+) -> list[tuple[str, cst.CSTNode]]:
+    """``encoder.dec`` for ``self.head(self.encoder.enc(x))``, where ``self.encoder`` holds an
+    ``Encoder`` of this file with members ``enc`` and ``dec``: a member the forward reaches only
+    through some of its own members (never calls, hands on or reads whole) leaves the rest of
+    that module without a gradient, as an idle member of its own would. Only a member whose
+    class this file defines (made in ``__init__``, or handed to it by every construction), and
+    only its parameter members, one level down."""
+    values = member_values(init)
+    found: list[tuple[str, cst.CSTNode]] = []
+    for member in sorted(used):
+        if member in methods or len(values.get(member, [])) != 1:
+            continue
+        reached = _parts_reached(model, forward, methods, member)
+        classes = _classes_held(model, init, values[member][0]) if reached else set()
+        idle: dict[str, cst.CSTNode] = {}
+        for held in sorted(classes):
+            held_methods = class_methods(model, held)
+            if reached & set(held_methods) or "__init__" not in held_methods:
+                idle = {}  # a method of the part runs: what it computes with is not followed
+                break
+            parts = _parameter_members(model, held_methods["__init__"])
+            idle.update((part, node) for part, node in parts.items() if part not in reached)
+        found.extend((f"{member}.{part}", node) for part, node in idle.items())
+    return found
+
+
+def _parts_reached(
+    model: ScriptModel, forward: cst.FunctionDef, methods: dict[str, cst.FunctionDef], member: str
+) -> set[str]:
+    """The attributes of ``self.<member>`` the forward (and the methods it calls on ``self``)
+    reads: ``{"enc"}`` for ``self.encoder.enc(x)``. Empty when it also uses the member whole
+    (calls it, hands it on) or only reads its metadata."""
+    reached: set[str] = set()
+    pending, seen = [forward], set()
+    while pending:
+        function = pending.pop()
+        if function in seen:
+            continue
+        seen.add(function)
+        me = self_parameter(function)
+        for node in walk(function.body):
+            if not (isinstance(node, cst.Attribute) and node.attr.value == member):
+                continue
+            if dotted(node.value) != me:
+                continue
+            outer = model.parent(node)
+            if not (isinstance(outer, cst.Attribute) and outer.value is node):
+                return set()  # ``self.encoder(x)``: the whole member runs
+            if outer.attr.value not in _METADATA:
+                reached.add(outer.attr.value)
+        for node in walk(function.body):
+            if (
+                isinstance(node, cst.Attribute)
+                and dotted(node.value) == me
+                and node.attr.value in methods
+            ):
+                pending.append(methods[node.attr.value])
+    return reached
+
+
+def _classes_held(model: ScriptModel, init: cst.FunctionDef, value: cst.BaseExpression) -> set[str]:
+    """The classes of this file a member holds: ``Encoder`` for ``self.encoder = Encoder()``,
+    and for ``self.encoder = encoder`` where every construction hands ``encoder`` an instance
+    of it (``Classifier(Encoder())``, ``Classifier(enc)`` after ``enc = Encoder()``). Empty
+    when some construction hands something else, or none is seen."""
+    graph = model.call_graph
+    made = graph.made_by(value)
+    if made is not None:
+        return {made}
+    if not isinstance(value, cst.Name):
+        return set()
+    found: set[str] = set()
+    constructions = graph.calls_by_callee().get(init, [])
+    for call, implicit in constructions:
+        handed = [a.value for p, a in bound_arguments(init, call, implicit) if p == value.value]
+        if len(handed) != 1:
+            return set()
+        source = dotted(handed[0])
+        held = graph.made_by(handed[0]) if source is None else graph.instance_class(source, call)
+        if held is None:
+            return set()
+        found.add(held)
+    return found
 
 
 def sometimes_idle_members(model: ScriptModel, class_name: str) -> list[tuple[str, cst.CSTNode]]:

@@ -27,6 +27,7 @@ from accelify.analysis.syntax import (
     assigned_targets,
     dotted,
     element_at,
+    has_parameter,
     is_assignment,
     is_docstring,
     strip_self_methods,
@@ -357,19 +358,60 @@ def received_classes(model: ScriptModel, binding: Binding) -> set[str]:
     graph = model.call_graph
     found: set[str] = set()
     for call, implicit in graph.calls_by_callee().get(binding.scope, ()):
+        if _in_a_function_never_called(model, call):
+            continue  # an old factory left beside the code that runs: it builds nothing
         for name, argument in _arguments(model, binding.scope, call, implicit):
             if name != parameter:
                 continue
-            source = dotted(argument.value)
-            made = (
-                graph.instance_class(source, call)
-                if source is not None
-                else graph.made_by(argument.value)
-            )
-            if made is None:
+            made = _classes_handed(model, argument.value, call)
+            if not made:
                 return set()
-            found.add(made)
+            found |= made
     return found
+
+
+def _classes_handed(
+    model: ScriptModel, value: cst.BaseExpression, call: cst.Call, depth: int = 1
+) -> set[str]:
+    """The classes of this file ``value`` holds where ``call`` hands it on: what made it there,
+    or, for a parameter of the function around ``call`` (a factory's ``model`` of
+    ``build_trainer(kind, model, args)``), what every call of that function hands it. Empty
+    when one of them is not known."""
+    graph = model.call_graph
+    source = dotted(value)
+    made = graph.instance_class(source, call) if source is not None else graph.made_by(value)
+    if made is not None:
+        return {made}
+    function = model.index.enclosing_function(call)
+    if depth == 0 or not isinstance(value, cst.Name) or function is None:
+        return set()
+    if not has_parameter(function, value.value) or model.index.assigned_under(function).get(
+        value.value
+    ):
+        return set()
+    found: set[str] = set()
+    for outer, implicit in graph.calls_by_callee().get(function, ()):
+        bound = bound_arguments(function, outer, implicit)
+        handed = [a.value for p, a in bound if p == value.value]
+        classes = set()
+        if len(handed) == 1:
+            classes = _classes_handed(model, handed[0], outer, depth - 1)
+        if not classes:
+            return set()
+        found |= classes
+    return found
+
+
+def _in_a_function_never_called(model: ScriptModel, node: cst.CSTNode) -> bool:
+    """``node`` is in a top-level function nothing in the file names, nor the project's other
+    modules hand arguments to (`Placement.never_called`)."""
+    function = model.index.enclosing_function(node)
+    if function is None or model.parent(function) is not model.module:
+        return False
+    if function in model.given_parameters:
+        return False
+    name = function.name
+    return not any(n is not name for n in model.index.names_spelled(name.value))
 
 
 def received_name(function: cst.FunctionDef, value: cst.BaseExpression) -> str | None:

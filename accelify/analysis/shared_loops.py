@@ -39,6 +39,9 @@ class SharedLoopEvaluation:
     loop: Loop
     function: cst.FunctionDef
     call: cst.Call  # the first such call
+    #: that call hands the loader prepared in its arguments
+    #: (``trainer.run_epoch(trainer.accelerator.prepare(test_loader))``): one rank's shard
+    prepared_at_call: bool = False
 
 
 @dataclass
@@ -106,7 +109,8 @@ def _shared_loop_calls(
             handed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
             unrolled = _per_iteration(model, call, handed)
             for passed, phase in unrolled:
-                loader = dotted(passed.get(loop.iterable))
+                given, prepared_at_call = _unprepared(passed.get(loop.iterable))
+                loader = dotted(given)
                 if loader is None:
                     continue
                 values = {
@@ -117,13 +121,32 @@ def _shared_loop_calls(
                 # one call over several loaders whose flag cannot be told: it may only
                 # evaluate this one, so it is kept whole (never prepared on a guess)
                 if outcomes == {False} or (len(unrolled) > 1 and outcomes != {True}):
-                    evaluated.setdefault(loader, SharedLoopEvaluation(loader, loop, function, call))
+                    evaluated.setdefault(
+                        loader,
+                        SharedLoopEvaluation(loader, loop, function, call, prepared_at_call),
+                    )
                 else:
                     trained.add((loader, call))
     for loop in model.loops:
         if loop.trains and loop.iterable is not None and id(loop.node) not in flag_loops:
             trained.add((loop.iterable, loop.node))
     return evaluated, trained
+
+
+def _unprepared(
+    value: cst.BaseExpression | None,
+) -> tuple[cst.BaseExpression | None, bool]:
+    """``test_loader`` of ``accelerator.prepare(test_loader)`` (any receiver), and whether it
+    was so wrapped; ``value`` itself otherwise."""
+    if (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "prepare"
+        and len(value.args) == 1
+        and not value.args[0].star
+    ):
+        return value.args[0].value, True
+    return value, False
 
 
 def _per_iteration(

@@ -136,8 +136,11 @@ def plan_conversion(
     (`project.imported_output_members`); ``imported_meters``: meter classes of those modules the
     script makes instances of (`project.imported_meters`)."""
     withheld: dict[str, str] = {}
+    left_whole: dict[str, str] = {}
     while True:
-        ctx = Context(model, options, withheld=dict(withheld))
+        ctx = Context(
+            model, options, withheld=dict(withheld), left_whole_schedulers=dict(left_whole)
+        )
         plan = _planned(
             ctx,
             imported_writers,
@@ -155,10 +158,14 @@ def plan_conversion(
         # An argument the Accelerator cannot read where it is made (``use_amp`` set only after
         # the first use of the accelerator): planned again with that argument's construct kept
         # as written (`accelerator._late_arguments`). Each round withholds one key more.
+        # A scheduler prepared while every loop that steps it reads a loader left whole
+        # (`prepare.stepped_over_unprepared_loaders`): planned again with it left unprepared.
         new = {k: v for k, v in ctx.to_withhold.items() if k not in withheld}
-        if not new:
+        whole = {k: v for k, v in ctx.to_leave_whole.items() if k not in left_whole}
+        if not new and not whole:
             return plan
         withheld.update(new)
+        left_whole.update(whole)
 
 
 def _planned(
@@ -240,6 +247,7 @@ def _planned(
         return _left_as_is(model, options, outside)
     for step in STEPS:
         step(ctx)
+    ctx.to_leave_whole = prepare.stepped_over_unprepared_loaders(ctx)
     if options.mixed_precision:
         ctx.constructor.setdefault("mixed_precision", repr(options.mixed_precision))
     accelerator.run(ctx, prepare_scope)

@@ -149,7 +149,7 @@ def _read_module(script: ScriptModel, module: str, found: _Found, result: CheckR
         first = script.position(shared.call).start.line
         header = f"{script.module.code_for_node(shared.call.func)}(..., {shared.loader}, ...)"
         loops.append(shared.loop.node)
-        if shared.loader in script.prepared_names:
+        if shared.loader in script.prepared_names or shared.prepared_at_call:
             found.one_shard.append(place(first))
             verdict = f"ONE SHARD at line {first}"
         else:

@@ -221,6 +221,12 @@ class Context:
     #: arguments found this round that the Accelerator cannot read where it is made
     #: (`accelerator._late_arguments`): the conversion is planned again without them.
     to_withhold: dict[str, str] = field(default_factory=dict)
+    #: schedulers a previous round prepared while every loop that steps them trains on a
+    #: loader left unprepared, each with why (`prepare.stepped_over_unprepared_loaders`): this
+    #: round leaves them out of ``prepare``, so they keep the pace of the whole loader.
+    left_whole_schedulers: dict[str, str] = field(default_factory=dict)
+    #: such schedulers found this round: the conversion is planned again without them.
+    to_leave_whole: dict[str, str] = field(default_factory=dict)
     #: statements that go right after the ``Accelerator(...)`` is created.
     after_creation: list[str] = field(default_factory=list)
     #: module-level helpers outside the class that owns ``self.accelerator`` that take it as
@@ -506,9 +512,10 @@ class Context:
         self, node: cst.CSTNode, owner: cst.ClassDef | None = None, depth: int = 0
     ) -> str | None:
         """``trainer`` for ``node`` outside the class that owns ``self.accelerator``, in a scope
-        where ``trainer = Trainer(...)`` was created before it: the accelerator is reached
-        there as ``trainer.accelerator``. ``owner``: that class, asked before the prepare call
-        is planned (which names it otherwise)."""
+        where ``trainer = Trainer(...)`` (or a factory that returns one: ``fitter =
+        make_fitter(cfg)``) was created before it: the accelerator is reached there as
+        ``trainer.accelerator``. ``owner``: that class, asked before the prepare call is
+        planned (which names it otherwise)."""
         if not self.acc.startswith("self."):
             return None
         if owner is None and self.prepare_anchor is not None:
@@ -523,7 +530,7 @@ class Context:
                 and self.line(assign) < self.line(node)
                 and runs_before(self.model, assign, node)
                 and isinstance(value, cst.Call)
-                and dotted(value.func) == owner.name.value
+                and self.model.call_graph.made_by(value) == owner.name.value
                 and len(assigned_targets(assign)) == 1
                 and isinstance(assigned_targets(assign)[0], cst.Name)
             ):

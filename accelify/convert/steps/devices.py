@@ -32,6 +32,7 @@ from accelify.analysis.syntax import (
     all_params,
     attributes_in_targets,
     dotted,
+    has_parameter,
     root_name,
     self_parameter,
     target_names,
@@ -818,13 +819,18 @@ def _review_overridden_field(ctx: Context, binding: Binding, field: OverriddenFi
     ]
     for read in placing:
         call = _call_around(ctx, read)
+        # outside the class that owns ``self.accelerator`` (a factory that builds the trainer):
+        # the instance's accelerator, or the process state, whose device is the same
+        acc = ctx.accelerator_at(read)
         planned = ctx.plan.add(
-            rewrites.use_device(read, ctx.acc),
+            rewrites.use_device(read, acc),
             line=ctx.line(read),
-            text=f"{ctx.code(read)} -> {ctx.a('device')} (where it places a tensor)",
+            text=f"{ctx.code(read)} -> {acc}.device (where it places a tensor)",
             gives_way_to=[call, ctx.statement_of(call)],
+            anywhere=acc != ctx.acc,
         )
-        ctx.need(read, when=planned.in_effect)
+        if acc == ctx.acc:
+            ctx.need(read, when=planned.in_effect)
     default = f"{field.owner.name.value}.{field.field} = {ctx.code(binding.value)}"
     if passed is None:
         said = (
@@ -926,16 +932,21 @@ def _review_handed_by_callers(ctx: Context, binding: Binding, shown: str) -> Non
         return
     assert isinstance(binding.value, cst.Name)
     flags: list[str] = []
+    placement = ctx.facts.placement
     for call, implicit in ctx.facts.calls.calls_of(function):
+        caller = placement.enclosing_function(call)
+        if caller is not None and placement.never_called(caller):
+            continue  # an old factory left beside the code that runs: its call never runs
         for parameter, argument in bound_arguments(function, call, implicit):
             if parameter != binding.value.value:
                 continue
-            handed = dotted(argument.value)
-            if handed is not None and ctx.facts.flow.kind_of(handed, call) is Kind.DEVICE:
-                continue
-            for read in device_choosers(ctx.model, argument, argument.value):
-                if read not in flags:
-                    flags.append(read)
+            for passed in _forwarded(ctx, argument, call):
+                handed = dotted(passed.value)
+                if handed is not None and ctx.facts.flow.kind_of(handed, passed) is Kind.DEVICE:
+                    continue
+                for read in device_choosers(ctx.model, passed, passed.value):
+                    if read not in flags:
+                        flags.append(read)
     if not flags:
         return
     read = ", ".join(flags)
@@ -945,6 +956,24 @@ def _review_handed_by_callers(ctx: Context, binding: Binding, shown: str) -> Non
         f"rank's, so {read} no longer chooses it (on a GPU machine every rank runs on its "
         "GPU); for a CPU run, launch with `accelify launch --cpu` or pass Accelerator(cpu=...)",
     )
+
+
+def _forwarded(ctx: Context, argument: cst.Arg, call: cst.Call) -> list[cst.Arg]:
+    """What ``argument`` hands on: itself, or, where it is a parameter the function around
+    ``call`` never rebinds (a factory's ``device`` of ``build_trainer(kind, model, device)``),
+    what each call of that function passes for it (``args.device``): the choice is made there,
+    not by an ``if kind == ...`` around the factory's return."""
+    value = argument.value
+    function = ctx.facts.placement.enclosing_function(call)
+    if (
+        not isinstance(value, cst.Name)
+        or function is None
+        or not has_parameter(function, value.value)
+        or ctx.model.index.assigned_under(function).get(value.value)
+    ):
+        return [argument]
+    passed = ctx.facts.flow.call_site_arguments(value.value, call)
+    return passed or [argument]
 
 
 def _other_reads_of_the_parameter(

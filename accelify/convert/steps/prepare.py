@@ -44,7 +44,7 @@ from accelify.analysis.optimizer_models import entry_owners, parameter_owners, u
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
 from accelify.analysis.sharded_loaders import sharding_sampler
-from accelify.analysis.shared_loops import PhaseLoaders
+from accelify.analysis.shared_loops import PhaseLoaders, SharedLoopEvaluation
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
     assigned_targets,
@@ -61,6 +61,7 @@ from accelify.analysis.wrapped_loaders import handed_wrapped, wraps
 from accelify.analysis.writing_helpers import BINDS, MUTATORS
 from accelify.convert.steps import handed_accelerator, shard_lengths
 from accelify.convert.steps.context import Context, star_imported_from_the_project
+from accelify.convert.steps.evaluation import loader_names
 from accelify.convert.steps.saving import (
     can_open_on_main_only,
     file_write_blocks,
@@ -185,6 +186,7 @@ def run(ctx: Context, scope: Scope) -> None:
             "as on one process (prepared, it would step once per rank at each call and end its "
             "schedule N times too soon)",
         )
+    _leave_out_schedulers_left_whole(ctx, scope, chosen, created)
     untrained = _untrained_models(ctx, scope, chosen, aliases)
     parts = _parts_of_other_models(ctx, scope, chosen, untrained)
     for name in untrained:
@@ -345,14 +347,7 @@ def _leave_whole_for_their_own_loops(
     for name in whole:
         chosen.pop(name)
         created.pop(name, None)
-        through = shared[name]
-        ctx.plan.review(
-            ctx.line(through.call),
-            f"{name} is evaluated by {through.function.name.value}(), whose loop also trains "
-            f"(line {ctx.line(through.loop.node)}): no gather fits a loop that runs in both "
-            f"modes, so {name} is left unprepared and every rank evaluates all of it (correct, "
-            "not sharded); give evaluation a loop of its own to shard it and gather there",
-        )
+        _review_shared_evaluation(ctx, name, shared[name])
     for name, loop in _evaluated_out_of_reach(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, loop)
         static = ctx.in_static(loop)
@@ -445,6 +440,16 @@ def _leave_whole_for_their_own_loops(
             f"{name} is read here, where a file is written on the main process: left "
             "unprepared, so that process writes every sample's result",
         )
+
+
+def _review_shared_evaluation(ctx: Context, name: str, through: SharedLoopEvaluation) -> None:
+    ctx.plan.review(
+        ctx.line(through.call),
+        f"{name} is evaluated by {through.function.name.value}(), whose loop also trains "
+        f"(line {ctx.line(through.loop.node)}): no gather fits a loop that runs in both "
+        f"modes, so {name} is left unprepared and every rank evaluates all of it (correct, "
+        "not sharded); give evaluation a loop of its own to shard it and gather there",
+    )
 
 
 def _leave_whole_beside_those_left(
@@ -774,6 +779,69 @@ def _stepped_over_whole_loaders(
         if steps and all(loop is not None and loop.iterable in whole for loop in around):
             found[name] = around[0].node  # type: ignore[union-attr]
     return found
+
+
+def stepped_over_unprepared_loaders(ctx: Context) -> dict[str, str]:
+    """Prepared schedulers every ``step()`` of which runs in a training loop that reads a loader
+    the conversion leaves unprepared (made where no prepare reaches it: a factory prepares the
+    model, optimizer and scheduler it returns, the loader is made outside it), each with the
+    loop and loaders that say why. Every rank reads all of that loader, so a prepared scheduler,
+    stepping once per rank at each call, would end its schedule N times too soon; the next
+    round of planning leaves it out of ``prepare`` (`_leave_out_schedulers_left_whole`). A
+    prepared scheduler goes only with a prepared training loader."""
+    schedulers = {
+        name
+        for name in ctx.plan.prepared
+        if any(b.name == name for b in ctx.model.of_kind(Kind.SCHEDULER))
+    } - set(ctx.left_whole_schedulers)
+    if not schedulers:
+        return {}
+    loops = {id(loop.node): loop for loop in ctx.model.loops if loop.trains}
+    found: dict[str, str] = {}
+    for name in sorted(schedulers):
+        steps = [s.call for s in ctx.facts.flow.scheduler_steps(schedulers) if s.scheduler == name]
+        around = [_nearest_loop(ctx, step, loops) for step in steps]
+        whole = [_left_unprepared(ctx, loop) if loop is not None else [] for loop in around]
+        if steps and all(whole):
+            loop = around[0]
+            assert loop is not None
+            found[name] = (
+                f"the training loop at line {ctx.line(loop.node)} that steps it reads "
+                f"{loader_names(whole[0])}, left unprepared"
+            )
+    return found
+
+
+def _left_unprepared(ctx: Context, loop: Loop) -> list[str | None]:
+    """The loaders ``loop`` trains on that stay whole on every rank: not prepared, not sharded
+    by a sampler of their own; one it only evaluates (a shared loop run with training off)
+    aside, as in the review line of `data_notes`."""
+    evaluated = set(ctx.facts.shared_loop_evaluations) | set(ctx.facts.phase_loaders)
+    return [
+        n for n in ctx.unprepared_loaders(loop) if n not in ctx.self_sharded and n not in evaluated
+    ]
+
+
+def _leave_out_schedulers_left_whole(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], created: dict[str, int]
+) -> None:
+    """Takes out of ``chosen`` the schedulers an earlier round found stepped only over loaders
+    left unprepared (`stepped_over_unprepared_loaders`), with a line saying why."""
+    for name in sorted(ctx.left_whole_schedulers):
+        if chosen.get(name) is not Kind.SCHEDULER:
+            continue
+        chosen.pop(name)
+        created.pop(name, None)
+        _say_left_whole(ctx, name, _binding_line(ctx, name, scope))
+
+
+def _say_left_whole(ctx: Context, name: str, line: int) -> None:
+    ctx.plan.change(
+        line,
+        f"{name} is left unprepared: {ctx.left_whole_schedulers[name]} and read whole by "
+        "every rank, so it steps once per optimizer step as on one process (prepared, it "
+        "would step once per rank at each call and end its schedule N times too soon)",
+    )
 
 
 def _nearest_loop(ctx: Context, node: cst.CSTNode, loops: dict[int, Loop]) -> Loop | None:
@@ -1574,6 +1642,9 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
     by_block: dict[cst.CSTNode, list[Binding]] = {}
     schedulers: list[tuple[cst.CSTNode, Binding]] = []
     for binding in bindings:
+        if binding.kind is Kind.SCHEDULER and binding.name in ctx.left_whole_schedulers:
+            _say_left_whole(ctx, binding.name, binding.line)
+            continue
         block = ctx.model.parent(ctx.model.parent(binding.statement) or binding.statement)
         if not isinstance(block, (cst.If, cst.For, cst.While)):
             _prepare_where_created(ctx, binding)
@@ -2079,6 +2150,15 @@ def _leave_evaluated_whole(
     do (``engine.evaluation(valLoader)``), for a loader that would be prepared at their call."""
     flow = ctx.facts.flow
     origins = {name: flow.origins(name, method.body) - {None} for name in unprepared}
+    shared = ctx.facts.shared_loop_evaluations
+    for name in list(unprepared):
+        if not origins[name] or not origins[name] <= set(shared):
+            continue
+        # ``fit(train_loader, val_loader)`` evaluating ``val_loader`` through a loop that
+        # also trains: prepared here, its totals would be one rank's shard
+        unprepared.remove(name)
+        origin = sorted(origins[name])[0]
+        _review_shared_evaluation(ctx, origin if by_caller else name, shared[origin])
     candidates = {o: Kind.DATALOADER for found in origins.values() for o in found}
     unsure = _evaluated_unsure(ctx, dict(candidates))  # type: ignore[arg-type]
     for name in list(unprepared):
@@ -2128,6 +2208,12 @@ def _prepare_at_call(
         if parameter not in loaders or not isinstance(value, cst.Name):
             continue
         if all(o in prepared for o in flow.origins(value.value, call, stop=prepared)):
+            continue
+        through = ctx.facts.shared_loop_evaluations.get(value.value)
+        if through is not None and through.call is call:
+            # ``trainer.run_epoch(test_loader)`` with training off, through the loop that also
+            # trains: no gather fits there, so the loader stays whole on every rank
+            _review_shared_evaluation(ctx, value.value, through)
             continue
         code = f"{receiver}.accelerator.prepare({value.value})"
         ctx.plan.replace(

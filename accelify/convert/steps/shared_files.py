@@ -120,14 +120,15 @@ def _barrier_before_deletion(ctx: Context, shared: SharedFile) -> None:
             "where every rank gets, after accelerator.wait_for_everyone()",
         )
         return
+    used = ctx.acc
     for place in places:
-        acc = ctx.accelerator_at(place)
+        acc = used = ctx.accelerator_at(place)
         ctx.plan.add(rewrites.barrier(place, acc), anywhere=acc != ctx.acc)
         if acc == ctx.acc:
             ctx.need(place)
     ctx.plan.change(
         ctx.line(deletion),
-        f"{ctx.acc}.wait_for_everyone() before the deletion: {path} is read by every rank at "
+        f"{used}.wait_for_everyone() before the deletion: {path} is read by every rank at "
         f"line {ctx.line(read)}, and the main process must not delete it before a slower rank "
         "has read it",
     )

@@ -562,7 +562,7 @@ def _attributes(ctx: Context) -> None:
             continue
         if any(call.func is attribute for call in ctx.through_forward):
             continue  # the method runs as the wrapper's forward (`through_forward`)
-        if member in ("state_dict", "load_state_dict") and _unwrap_through_instance(
+        if not _is_binding_target(ctx, attribute) and _unwrap_through_instance(
             ctx, owner, attribute
         ):
             continue
@@ -702,7 +702,8 @@ def _unwrap_through_instance(ctx: Context, owner: cst.BaseExpression, at: cst.CS
     it): the trainer's prepared model is the DDP wrapper, whose ``module.`` keys would not load
     back into the model, so its state is read through ``trainer.accelerator.unwrap_model``;
     ``trainer.model.load_state_dict(torch.load(trainer.ckpt))`` in ``main()`` loads the plain
-    keys the save wrote into the unwrapped model the same way."""
+    keys the save wrote into the unwrapped model the same way; ``fitter.module.weight`` is read
+    from the model too (the wrapper has no ``weight``)."""
     owned = dotted(owner)
     if _saved_whole(ctx, at):
         return False  # ``torch.save(trainer.model.state_dict(), p)``: the save unwraps it
