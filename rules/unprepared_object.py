@@ -147,6 +147,26 @@ _GATHERED_EVALUATION = (
     + "assert len(torch.cat(preds)) == len(eval_set)\n"
 )
 
+#: A speech trainer's epoch: the training loop gathers each batch's lengths to cut every rank's
+#: batch alike, then an evaluation over an unprepared loader scores the whole set on every rank,
+#: ``{score}``: the gather above it reads none of its results.
+_GATHER_ABOVE_EVALUATION = (
+    HEADER
+    + "import torch\n"
+    + "eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=8)\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "for epoch in range(3):\n"
+    + "    for x, y in loader:\n"
+    + "        shortest = accelerator.gather(torch.tensor([len(x)])).min()\n"
+    + "        accelerator.backward((model(x[:shortest]) - y[:shortest]).pow(2).mean())\n"
+    + "        optimizer.step()\n"
+    + "    preds = []\n"
+    + "    for ex, ey in eval_loader:\n"
+    + "        with torch.no_grad():\n"
+    + "            preds.append(model(ex))\n"
+    + "    accelerator.print({score})\n"
+)
+
 #: nanoGPT's fixed count of iterations, accumulated with accumulate(): the scheduler, made
 #: before prepare and left out of it, stepped once per optimizer step (what the conversion of
 #: a manual accumulation makes of its ``if (it + 1) % accum == 0:``)
@@ -432,6 +452,14 @@ class UnpreparedObject(Rule):
         Example(_DEVICE_WRAPPED_FIT.format(prepared=""), 34, 41),
         # the gather of an evaluation over an unprepared loader: N copies of every sample
         Example(_GATHERED_EVALUATION.format(data="eval_set"), 15, 13),
+        # the same results gathered after the evaluation, below a training loop's own gather
+        Example(
+            _GATHER_ABOVE_EVALUATION.format(
+                score="score(accelerator.gather_for_metrics(torch.cat(preds)))"
+            ),
+            12,
+            19,
+        ),
         # the test loader made by the call that made the prepared training loader
         Example(_FACTORY_LOADERS, 35, 37),
         # a trainer whose constructor sizes the scheduler (in a method written below it) from
@@ -712,6 +740,8 @@ class UnpreparedObject(Rule):
         Example(_CAPPED_BATCHES.format(total="num_training_steps = 1250\n"), 18, 9),
     )
     good = (
+        # the whole set scored on every rank: the training loop's gather reads none of it
+        _GATHER_ABOVE_EVALUATION.format(score="score(torch.cat(preds))"),
         # ... prepared before the wrap: sharded, the scheduler sized by its shard's length
         _DEVICE_WRAPPED_FIT.format(prepared="train_dl = accelerator.prepare(train_dl)\n"),
         # ... prepared before the evaluation gathers over it, the labels gathered beside
@@ -1770,23 +1800,65 @@ def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
     """An evaluation loop whose results are gathered or reduced (in the loop, or after it in the
     same function): over an unprepared loader every rank brings the whole set, and the totals
     count it N times. One that combines nothing computes the whole set's numbers on each rank;
-    preparing its loader without adding a gather would make them one shard's. In the loop, a
-    combine counts where it reads what the batches gave (`_computed_from_the_batch`), not a
-    timing of each pass."""
+    preparing its loader without adding a gather would make them one shard's. A combine counts
+    where it reads what the batches gave (`_computed_from_the_batch`, and after the loop what
+    the loop collected from them), not a timing of each pass, nor a gather of the training loop
+    around the evaluation (``accelerator.gather(lengths)`` above it, in the same epoch loop):
+    an evaluation that logs its own whole-set score is left alone (a speech trainer's)."""
     function = facts_of(script).placement.enclosing_function(loop.node)
     scope: cst.CSTNode = function if function is not None else script.module
     bound: set[str] | None = None
+    results: set[str] | None = None
     for call in calls_in(script, scope):
         if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in _COMBINING):
             continue
+        read = {n for a in call.args for n in variables_in(script, a.value)}
         if script.inside(call, loop.node):
-            # in the loop, only a combine of what the batches gave counts: a timing or a
-            # counter gathered per pass (``accelerator.gather(elapsed)``) is no shard's result
             bound = _computed_from_the_batch(script, loop) if bound is None else bound
-            if not {n for a in call.args for n in variables_in(script, a.value)} & bound:
-                continue
-        return True
+            if read & bound:
+                return True
+        elif script.order(call) > script.order(loop.node):
+            results = _collected_by(script, loop, scope) if results is None else results
+            if read & results:
+                return True
     return False
+
+
+#: The list and set methods that add what they are handed to their receiver.
+_COLLECTING = frozenset({"append", "extend", "add", "update", "insert"})
+
+
+def _collected_by(script: ScriptModel, loop: Loop, scope: cst.CSTNode) -> set[str]:
+    """The names that carry the loop's results out of it: what its body sets from the batches,
+    the lists it appends them to (``preds.append(logits.argmax(-1))``), and the names set from
+    those below the loop (``acc = correct / total``), followed to a fixed point."""
+    found = _computed_from_the_batch(script, loop)
+    for call in calls_in(script, loop.node):
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in _COLLECTING
+            and isinstance(func.value, cst.Name)
+            and {n for a in call.args for n in variables_in(script, a.value)} & found
+        ):
+            found.add(func.value.value)
+    after = [
+        node
+        for node in walk(scope)
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+        and node.value is not None
+        and not script.inside(node, loop.node)
+        and script.order(node) > script.order(loop.node)
+    ]
+    changed = True
+    while changed:
+        changed = False
+        for node in after:
+            targets = bound_by(node) - found
+            if targets and variables_in(script, node.value) & found:  # type: ignore[arg-type]
+                found |= targets
+                changed = True
+    return found
 
 
 #: The collectives that join every rank's values into one longer result.
