@@ -167,6 +167,31 @@ _GATHER_ABOVE_EVALUATION = (
     + "    accelerator.print({score})\n"
 )
 
+#: A wav2vec2 CTC fine-tuning loop: the scheduler, built after prepare and left out of it, sized
+#: with the number of batches the run stops at and stepped on every batch inside accumulate();
+#: ``{count}`` counts the batches (or, under a sync test, the optimizer steps).
+_STOPPED_AT_THE_SCHEDULE_LENGTH = (
+    "from accelify import Accelerator\n"
+    + "from transformers import get_scheduler\n"
+    + "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "lr_scheduler = get_scheduler(\n"
+    + "    'linear', optimizer, num_warmup_steps=500, num_training_steps=args.train_steps\n"
+    + ")\n\n\n"
+    + "def train():\n"
+    + "    global_step = 0\n"
+    + "    while True:\n"
+    + "        for step, batch in enumerate(loader):\n"
+    + "            with accelerator.accumulate(model):\n"
+    + "                accelerator.backward(model(**batch).loss)\n"
+    + "                optimizer.step()\n"
+    + "                lr_scheduler.step()\n"
+    + "                optimizer.zero_grad()\n"
+    + "{count}"
+    + "            if global_step >= args.train_steps:\n"
+    + "                return\n"
+)
+
 #: nanoGPT's fixed count of iterations, accumulated with accumulate(): the scheduler, made
 #: before prepare and left out of it, stepped once per optimizer step (what the conversion of
 #: a manual accumulation makes of its ``if (it + 1) % accum == 0:``)
@@ -450,6 +475,16 @@ class UnpreparedObject(Rule):
         # a loader a class of the file wraps: prepared before the wrap, or not at all (its
         # scheduler, stepped over the whole loader, rightly left out)
         Example(_DEVICE_WRAPPED_FIT.format(prepared=""), 34, 41),
+        # sized with the count the run stops at, but that count is of optimizer steps: stepped
+        # on every batch, the schedule ends gradient_accumulation_steps times too early
+        Example(
+            _STOPPED_AT_THE_SCHEDULE_LENGTH.format(
+                count="            if accelerator.sync_gradients:\n"
+                + "                global_step += 1\n"
+            ),
+            17,
+            17,
+        ),
         # the gather of an evaluation over an unprepared loader: N copies of every sample
         Example(_GATHERED_EVALUATION.format(data="eval_set"), 15, 13),
         # the same results gathered after the evaluation, below a training loop's own gather
@@ -740,6 +775,8 @@ class UnpreparedObject(Rule):
         Example(_CAPPED_BATCHES.format(total="num_training_steps = 1250\n"), 18, 9),
     )
     good = (
+        # sized with the count of batches the run stops at, stepped on every batch: as meant
+        _STOPPED_AT_THE_SCHEDULE_LENGTH.format(count="            global_step += 1\n"),
         # the whole set scored on every rank: the training loop's gather reads none of it
         _GATHER_ABOVE_EVALUATION.format(score="score(torch.cat(preds))"),
         # ... prepared before the wrap: sharded, the scheduler sized by its shard's length
@@ -1626,6 +1663,7 @@ class UnpreparedObject(Rule):
                     not flow.sized_per_process_and_stepped_with_optimizer(call)
                     and not _sized_per_batch_inside_accumulate(script, call, owner)
                     and not _sized_past_the_batch_cap(script, call, owner)
+                    and not _sized_as_the_batch_counter_ends(script, call, owner)
                     and not _stepped_per_fixed_iteration_with_optimizer(script, call)
                     and not _stepped_over_whole_data(script, call)
                     and not _sized_in_global_batches(script, call, owner)
@@ -2063,6 +2101,76 @@ def _sized_past_the_batch_cap(script: ScriptModel, step: cst.Call, name: str) ->
     loop = next((a for a in script.ancestors(step) if isinstance(a, cst.For)), None)
     cap = _batch_cap(loop) if loop is not None else None
     return cap is not None and length.evaluated_value >= cap
+
+
+def _sized_as_the_batch_counter_ends(script: ScriptModel, step: cst.Call, name: str) -> bool:
+    """Stepped on every batch inside ``accumulate()``, sized with the very number the loop
+    stepping it stops at (``num_training_steps=args.train_steps`` and ``global_step += 1`` on
+    every batch, then ``if global_step >= args.train_steps: return``; a wav2vec2 CTC
+    fine-tuning script): the schedule is counted in batches, as the run is, and ends with it;
+    stepped per optimizer step it would go through 1/gradient_accumulation_steps of it."""
+    if _accumulate_around(script, step) is None:
+        return False
+    made = [
+        binding.value
+        for binding in script.of_kind(Kind.SCHEDULER)
+        if binding.name == name and isinstance(binding.value, cst.Call)
+    ]
+    lengths = [
+        argument.value
+        for call in made
+        for argument in call.args
+        if argument.keyword is not None and argument.keyword.value in _SCHEDULE_LENGTHS
+    ]
+    if len(made) != 1 or len(lengths) != 1:
+        return False
+    length = script.module.code_for_node(lengths[0])
+    loop = next((a for a in script.ancestors(step) if isinstance(a, cst.For)), None)
+    if loop is None:
+        return False
+    body = loop.body.body  # type: ignore[attr-defined]
+    counted = _counted_once_per_pass(body)
+    return any(
+        counter in counted and script.module.code_for_node(bound) == length
+        for counter, bound in _exit_tests(body)
+    )
+
+
+def _counted_once_per_pass(body) -> set[str]:
+    """The names a loop body adds one to at its top level (``global_step += 1``): counters of
+    its passes, not of some of them (one under ``if accelerator.sync_gradients:``)."""
+    return {
+        small.target.value
+        for statement in body
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+        if isinstance(small, cst.AugAssign)
+        and isinstance(small.operator, cst.AddAssign)
+        and isinstance(small.target, cst.Name)
+        and isinstance(small.value, cst.Integer)
+        and small.value.evaluated_value == 1
+    }
+
+
+def _exit_tests(body) -> Iterator[tuple[str, cst.BaseExpression]]:
+    """``(counter, bound)`` of each ``if counter >= bound: break`` (or ``return``, ``>``,
+    ``==``) at the top level of a loop body."""
+    for statement in body:
+        if not isinstance(statement, cst.If) or not isinstance(statement.test, cst.Comparison):
+            continue
+        test = statement.test
+        inner = statement.body.body
+        if (
+            len(test.comparisons) == 1
+            and isinstance(test.left, cst.Name)
+            and isinstance(
+                test.comparisons[0].operator, (cst.GreaterThanEqual, cst.GreaterThan, cst.Equal)
+            )
+            and len(inner) == 1
+            and isinstance(inner[0], cst.SimpleStatementLine)
+            and isinstance(inner[0].body[0], (cst.Break, cst.Return))
+        ):
+            yield test.left.value, test.comparisons[0].comparator
 
 
 def _batch_cap(loop: cst.For) -> int | None:
