@@ -681,7 +681,21 @@ class SharedFiles:
                 continue
             if any(self._same_file(path, argument.value) for argument in call.args):
                 return call
+            if self._loads_its_folder(call, path):
+                return call
         return None
+
+    def _loads_its_folder(self, call: cst.Call, path: cst.BaseExpression) -> bool:
+        """``AutoTokenizer.from_pretrained(args.output_dir)`` below ``open(os.path.join(
+        args.output_dir, "vocab.json"), "w")``: handed the folder, the loader reads the files in
+        it, the one just written among them (a wav2vec2 script writes its vocabulary, then
+        builds its tokenizer from the folder)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained"):
+            return False
+        folder = self._folder(path)
+        first = next((a.value for a in call.args if a.keyword is None and not a.star), None)
+        return folder is not None and first is not None and self._same_file(folder, first)
 
     def _writes_same_file(self, call: cst.Call, path: cst.BaseExpression) -> bool:
         """``call`` writes ``path`` again (``torch.save(sd, path)`` in the ``else`` of the
