@@ -485,6 +485,31 @@ class UnpreparedObject(Rule):
             17,
             17,
         ),
+        # a runner collecting its evaluation into a member, gathered after the loop
+        Example(
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "from torch.utils.data import DataLoader\n"
+            "\n"
+            "\n"
+            "class Runner:\n"
+            "    def __init__(self, model, optimizer, train_set, eval_set):\n"
+            "        self.accelerator = Accelerator()\n"
+            "        self.eval_loader = DataLoader(eval_set, batch_size=8)\n"
+            "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+            "            model, optimizer, DataLoader(train_set, batch_size=8)\n"
+            "        )\n"
+            "        self.preds = []\n"
+            "\n"
+            "    def evaluate(self):\n"
+            "        self.model.eval()\n"
+            "        for x, y in self.eval_loader:\n"
+            "            with torch.no_grad():\n"
+            "                self.preds.append(self.model(x))\n"
+            "        return self.accelerator.gather_for_metrics(torch.cat(self.preds))\n",
+            17,
+            21,
+        ),
         # the gather of an evaluation over an unprepared loader: N copies of every sample
         Example(_GATHERED_EVALUATION.format(data="eval_set"), 15, 13),
         # the same results gathered after the evaluation, below a training loop's own gather
@@ -1850,7 +1875,12 @@ def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
     for call in calls_in(script, scope):
         if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in _COMBINING):
             continue
-        read = {n for a in call.args for n in variables_in(script, a.value)}
+        read = {n for a in call.args for n in variables_in(script, a.value)} | {
+            dotted(node)
+            for a in call.args
+            for node in walk(a.value)
+            if isinstance(node, cst.Attribute)
+        }
         if script.inside(call, loop.node):
             bound = _computed_from_the_batch(script, loop) if bound is None else bound
             if read & bound:
@@ -1868,18 +1898,20 @@ _COLLECTING = frozenset({"append", "extend", "add", "update", "insert"})
 
 def _collected_by(script: ScriptModel, loop: Loop, scope: cst.CSTNode) -> set[str]:
     """The names that carry the loop's results out of it: what its body sets from the batches,
-    the lists it appends them to (``preds.append(logits.argmax(-1))``), and the names set from
-    those below the loop (``acc = correct / total``), followed to a fixed point."""
+    the lists it appends them to (``preds.append(logits.argmax(-1))``, ``self.preds`` too, or
+    ``self.correct += ...``), and the names set from those below the loop (``acc = correct /
+    total``), followed to a fixed point."""
     found = _computed_from_the_batch(script, loop)
-    for call in calls_in(script, loop.node):
-        func = call.func
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value in _COLLECTING
-            and isinstance(func.value, cst.Name)
-            and {n for a in call.args for n in variables_in(script, a.value)} & found
-        ):
-            found.add(func.value.value)
+    for node in walk(loop.node.body):
+        receiver, values = None, ()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value in _COLLECTING:
+                receiver, values = node.func.value, tuple(a.value for a in node.args)
+        elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Attribute):
+            receiver, values = node.target, (node.value,)
+        spelled = dotted(receiver) if receiver is not None else None
+        if spelled and any(variables_in(script, value) & found for value in values):
+            found.add(spelled)
     after = [
         node
         for node in walk(scope)
