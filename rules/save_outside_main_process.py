@@ -589,6 +589,12 @@ def _written(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
             "the writes to finish before it is read"
         )
     advice = _advice(script, effect, in_view, accelerator, where)
+    deletion = facts_of(script).shared_files.deleted_above(effect.effect)
+    if deletion is not None:
+        advice += (
+            f"; delete the old file (line {script.line(deletion)}) under the same test: a rank "
+            "deleting it after the main process has written it loses the new one"
+        )
     if read_back is None:
         return advice
     return (

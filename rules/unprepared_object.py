@@ -147,6 +147,51 @@ _GATHERED_EVALUATION = (
     + "assert len(torch.cat(preds)) == len(eval_set)\n"
 )
 
+#: A speech trainer's epoch: the training loop gathers each batch's lengths to cut every rank's
+#: batch alike, then an evaluation over an unprepared loader scores the whole set on every rank,
+#: ``{score}``: the gather above it reads none of its results.
+_GATHER_ABOVE_EVALUATION = (
+    HEADER
+    + "import torch\n"
+    + "eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=8)\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "for epoch in range(3):\n"
+    + "    for x, y in loader:\n"
+    + "        shortest = accelerator.gather(torch.tensor([len(x)])).min()\n"
+    + "        accelerator.backward((model(x[:shortest]) - y[:shortest]).pow(2).mean())\n"
+    + "        optimizer.step()\n"
+    + "    preds = []\n"
+    + "    for ex, ey in eval_loader:\n"
+    + "        with torch.no_grad():\n"
+    + "            preds.append(model(ex))\n"
+    + "    accelerator.print({score})\n"
+)
+
+#: A wav2vec2 CTC fine-tuning loop: the scheduler, built after prepare and left out of it, sized
+#: with the number of batches the run stops at and stepped on every batch inside accumulate();
+#: ``{count}`` counts the batches (or, under a sync test, the optimizer steps).
+_STOPPED_AT_THE_SCHEDULE_LENGTH = (
+    "from accelify import Accelerator\n"
+    + "from transformers import get_scheduler\n"
+    + "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "lr_scheduler = get_scheduler(\n"
+    + "    'linear', optimizer, num_warmup_steps=500, num_training_steps=args.train_steps\n"
+    + ")\n\n\n"
+    + "def train():\n"
+    + "    global_step = 0\n"
+    + "    while True:\n"
+    + "        for step, batch in enumerate(loader):\n"
+    + "            with accelerator.accumulate(model):\n"
+    + "                accelerator.backward(model(**batch).loss)\n"
+    + "                optimizer.step()\n"
+    + "                lr_scheduler.step()\n"
+    + "                optimizer.zero_grad()\n"
+    + "{count}"
+    + "            if global_step >= args.train_steps:\n"
+    + "                return\n"
+)
+
 #: nanoGPT's fixed count of iterations, accumulated with accumulate(): the scheduler, made
 #: before prepare and left out of it, stepped once per optimizer step (what the conversion of
 #: a manual accumulation makes of its ``if (it + 1) % accum == 0:``)
@@ -430,8 +475,51 @@ class UnpreparedObject(Rule):
         # a loader a class of the file wraps: prepared before the wrap, or not at all (its
         # scheduler, stepped over the whole loader, rightly left out)
         Example(_DEVICE_WRAPPED_FIT.format(prepared=""), 34, 41),
+        # sized with the count the run stops at, but that count is of optimizer steps: stepped
+        # on every batch, the schedule ends gradient_accumulation_steps times too early
+        Example(
+            _STOPPED_AT_THE_SCHEDULE_LENGTH.format(
+                count="            if accelerator.sync_gradients:\n"
+                + "                global_step += 1\n"
+            ),
+            17,
+            17,
+        ),
+        # a runner collecting its evaluation into a member, gathered after the loop
+        Example(
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "from torch.utils.data import DataLoader\n"
+            "\n"
+            "\n"
+            "class Runner:\n"
+            "    def __init__(self, model, optimizer, train_set, eval_set):\n"
+            "        self.accelerator = Accelerator()\n"
+            "        self.eval_loader = DataLoader(eval_set, batch_size=8)\n"
+            "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+            "            model, optimizer, DataLoader(train_set, batch_size=8)\n"
+            "        )\n"
+            "        self.preds = []\n"
+            "\n"
+            "    def evaluate(self):\n"
+            "        self.model.eval()\n"
+            "        for x, y in self.eval_loader:\n"
+            "            with torch.no_grad():\n"
+            "                self.preds.append(self.model(x))\n"
+            "        return self.accelerator.gather_for_metrics(torch.cat(self.preds))\n",
+            17,
+            21,
+        ),
         # the gather of an evaluation over an unprepared loader: N copies of every sample
         Example(_GATHERED_EVALUATION.format(data="eval_set"), 15, 13),
+        # the same results gathered after the evaluation, below a training loop's own gather
+        Example(
+            _GATHER_ABOVE_EVALUATION.format(
+                score="score(accelerator.gather_for_metrics(torch.cat(preds)))"
+            ),
+            12,
+            19,
+        ),
         # the test loader made by the call that made the prepared training loader
         Example(_FACTORY_LOADERS, 35, 37),
         # a trainer whose constructor sizes the scheduler (in a method written below it) from
@@ -712,6 +800,10 @@ class UnpreparedObject(Rule):
         Example(_CAPPED_BATCHES.format(total="num_training_steps = 1250\n"), 18, 9),
     )
     good = (
+        # sized with the count of batches the run stops at, stepped on every batch: as meant
+        _STOPPED_AT_THE_SCHEDULE_LENGTH.format(count="            global_step += 1\n"),
+        # the whole set scored on every rank: the training loop's gather reads none of it
+        _GATHER_ABOVE_EVALUATION.format(score="score(torch.cat(preds))"),
         # ... prepared before the wrap: sharded, the scheduler sized by its shard's length
         _DEVICE_WRAPPED_FIT.format(prepared="train_dl = accelerator.prepare(train_dl)\n"),
         # ... prepared before the evaluation gathers over it, the labels gathered beside
@@ -1596,6 +1688,7 @@ class UnpreparedObject(Rule):
                     not flow.sized_per_process_and_stepped_with_optimizer(call)
                     and not _sized_per_batch_inside_accumulate(script, call, owner)
                     and not _sized_past_the_batch_cap(script, call, owner)
+                    and not _sized_as_the_batch_counter_ends(script, call, owner)
                     and not _stepped_per_fixed_iteration_with_optimizer(script, call)
                     and not _stepped_over_whole_data(script, call)
                     and not _sized_in_global_batches(script, call, owner)
@@ -1770,23 +1863,72 @@ def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
     """An evaluation loop whose results are gathered or reduced (in the loop, or after it in the
     same function): over an unprepared loader every rank brings the whole set, and the totals
     count it N times. One that combines nothing computes the whole set's numbers on each rank;
-    preparing its loader without adding a gather would make them one shard's. In the loop, a
-    combine counts where it reads what the batches gave (`_computed_from_the_batch`), not a
-    timing of each pass."""
+    preparing its loader without adding a gather would make them one shard's. A combine counts
+    where it reads what the batches gave (`_computed_from_the_batch`, and after the loop what
+    the loop collected from them), not a timing of each pass, nor a gather of the training loop
+    around the evaluation (``accelerator.gather(lengths)`` above it, in the same epoch loop):
+    an evaluation that logs its own whole-set score is left alone (a speech trainer's)."""
     function = facts_of(script).placement.enclosing_function(loop.node)
     scope: cst.CSTNode = function if function is not None else script.module
     bound: set[str] | None = None
+    results: set[str] | None = None
     for call in calls_in(script, scope):
         if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in _COMBINING):
             continue
+        read = {n for a in call.args for n in variables_in(script, a.value)} | {
+            dotted(node)
+            for a in call.args
+            for node in walk(a.value)
+            if isinstance(node, cst.Attribute)
+        }
         if script.inside(call, loop.node):
-            # in the loop, only a combine of what the batches gave counts: a timing or a
-            # counter gathered per pass (``accelerator.gather(elapsed)``) is no shard's result
             bound = _computed_from_the_batch(script, loop) if bound is None else bound
-            if not {n for a in call.args for n in variables_in(script, a.value)} & bound:
-                continue
-        return True
+            if read & bound:
+                return True
+        elif script.order(call) > script.order(loop.node):
+            results = _collected_by(script, loop, scope) if results is None else results
+            if read & results:
+                return True
     return False
+
+
+#: The list and set methods that add what they are handed to their receiver.
+_COLLECTING = frozenset({"append", "extend", "add", "update", "insert"})
+
+
+def _collected_by(script: ScriptModel, loop: Loop, scope: cst.CSTNode) -> set[str]:
+    """The names that carry the loop's results out of it: what its body sets from the batches,
+    the lists it appends them to (``preds.append(logits.argmax(-1))``, ``self.preds`` too, or
+    ``self.correct += ...``), and the names set from those below the loop (``acc = correct /
+    total``), followed to a fixed point."""
+    found = _computed_from_the_batch(script, loop)
+    for node in walk(loop.node.body):
+        receiver, values = None, ()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value in _COLLECTING:
+                receiver, values = node.func.value, tuple(a.value for a in node.args)
+        elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Attribute):
+            receiver, values = node.target, (node.value,)
+        spelled = dotted(receiver) if receiver is not None else None
+        if spelled and any(variables_in(script, value) & found for value in values):
+            found.add(spelled)
+    after = [
+        node
+        for node in walk(scope)
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+        and node.value is not None
+        and not script.inside(node, loop.node)
+        and script.order(node) > script.order(loop.node)
+    ]
+    changed = True
+    while changed:
+        changed = False
+        for node in after:
+            targets = bound_by(node) - found
+            if targets and variables_in(script, node.value) & found:  # type: ignore[arg-type]
+                found |= targets
+                changed = True
+    return found
 
 
 #: The collectives that join every rank's values into one longer result.
@@ -1991,6 +2133,76 @@ def _sized_past_the_batch_cap(script: ScriptModel, step: cst.Call, name: str) ->
     loop = next((a for a in script.ancestors(step) if isinstance(a, cst.For)), None)
     cap = _batch_cap(loop) if loop is not None else None
     return cap is not None and length.evaluated_value >= cap
+
+
+def _sized_as_the_batch_counter_ends(script: ScriptModel, step: cst.Call, name: str) -> bool:
+    """Stepped on every batch inside ``accumulate()``, sized with the very number the loop
+    stepping it stops at (``num_training_steps=args.train_steps`` and ``global_step += 1`` on
+    every batch, then ``if global_step >= args.train_steps: return``; a wav2vec2 CTC
+    fine-tuning script): the schedule is counted in batches, as the run is, and ends with it;
+    stepped per optimizer step it would go through 1/gradient_accumulation_steps of it."""
+    if _accumulate_around(script, step) is None:
+        return False
+    made = [
+        binding.value
+        for binding in script.of_kind(Kind.SCHEDULER)
+        if binding.name == name and isinstance(binding.value, cst.Call)
+    ]
+    lengths = [
+        argument.value
+        for call in made
+        for argument in call.args
+        if argument.keyword is not None and argument.keyword.value in _SCHEDULE_LENGTHS
+    ]
+    if len(made) != 1 or len(lengths) != 1:
+        return False
+    length = script.module.code_for_node(lengths[0])
+    loop = next((a for a in script.ancestors(step) if isinstance(a, cst.For)), None)
+    if loop is None:
+        return False
+    body = loop.body.body  # type: ignore[attr-defined]
+    counted = _counted_once_per_pass(body)
+    return any(
+        counter in counted and script.module.code_for_node(bound) == length
+        for counter, bound in _exit_tests(body)
+    )
+
+
+def _counted_once_per_pass(body) -> set[str]:
+    """The names a loop body adds one to at its top level (``global_step += 1``): counters of
+    its passes, not of some of them (one under ``if accelerator.sync_gradients:``)."""
+    return {
+        small.target.value
+        for statement in body
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+        if isinstance(small, cst.AugAssign)
+        and isinstance(small.operator, cst.AddAssign)
+        and isinstance(small.target, cst.Name)
+        and isinstance(small.value, cst.Integer)
+        and small.value.evaluated_value == 1
+    }
+
+
+def _exit_tests(body) -> Iterator[tuple[str, cst.BaseExpression]]:
+    """``(counter, bound)`` of each ``if counter >= bound: break`` (or ``return``, ``>``,
+    ``==``) at the top level of a loop body."""
+    for statement in body:
+        if not isinstance(statement, cst.If) or not isinstance(statement.test, cst.Comparison):
+            continue
+        test = statement.test
+        inner = statement.body.body
+        if (
+            len(test.comparisons) == 1
+            and isinstance(test.left, cst.Name)
+            and isinstance(
+                test.comparisons[0].operator, (cst.GreaterThanEqual, cst.GreaterThan, cst.Equal)
+            )
+            and len(inner) == 1
+            and isinstance(inner[0], cst.SimpleStatementLine)
+            and isinstance(inner[0].body[0], (cst.Break, cst.Return))
+        ):
+            yield test.left.value, test.comparisons[0].comparator
 
 
 def _batch_cap(loop: cst.For) -> int | None:

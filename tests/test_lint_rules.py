@@ -180,6 +180,44 @@ def test_a_file_written_then_read_back_is_advised_a_barrier_before_the_read():
     assert "then call accelerator.wait_for_everyone() before line 10" in finding.message
 
 
+_VOCABULARY_READ_BY_ITS_FOLDER = (
+    "import json\nimport os\nfrom accelerate import Accelerator\n"
+    "from transformers import AutoTokenizer\n\n\n"
+    "def main(args, model, vocab_dict):\n"
+    "    accelerator = Accelerator()\n"
+    "    model = accelerator.prepare(model)\n"
+    "    vocab_file = os.path.join(args.output_dir, 'vocab.json')\n"
+    "    with open(vocab_file, 'w') as file:\n"
+    "        json.dump(vocab_dict, file)\n"
+    "    tokenizer = AutoTokenizer.from_pretrained(args.output_dir)\n"
+)
+
+
+def test_a_file_read_back_through_its_folder_is_advised_a_barrier_before_the_read():
+    """A wav2vec2 CTC script writes ``vocab.json`` into the output folder and builds its
+    tokenizer from that folder on every rank: ``from_pretrained`` reads the file back, so
+    guarding the write alone leaves the other ranks loading before it exists."""
+    finding = the_finding(_VOCABULARY_READ_BY_ITS_FOLDER, "ACC201")
+    assert finding.line == 12
+    assert "then call accelerator.wait_for_everyone() before line 13" in finding.message
+
+
+def test_a_file_deleted_on_every_rank_before_the_write_is_advised_to_delete_under_the_guard():
+    """The wav2vec2 script removes a stale ``vocab.json`` on every rank (an ``OSError`` let
+    pass) before writing it: with the write alone moved onto the main process, a slower rank
+    still deletes the file the main process has just written, so the advice moves the
+    deletion under the same test."""
+    code = _VOCABULARY_READ_BY_ITS_FOLDER.replace(
+        "    with open(vocab_file, 'w') as file:\n",
+        "    try:\n        os.remove(vocab_file)\n    except OSError:\n        pass\n"
+        "    with open(vocab_file, 'w') as file:\n",
+    )
+    finding = the_finding(code, "ACC201")
+    assert finding.line == 16
+    assert "delete the old file (line 12) under the same test" in finding.message
+    assert "then call accelerator.wait_for_everyone() before line 17" in finding.message
+
+
 def test_a_file_not_read_back_is_advised_no_barrier():
     """Printing the path, or making a ``Path`` of it, does not open the file."""
     code = _READ_BACK.replace(

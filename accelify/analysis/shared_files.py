@@ -681,7 +681,43 @@ class SharedFiles:
                 continue
             if any(self._same_file(path, argument.value) for argument in call.args):
                 return call
+            if self._loads_its_folder(call, path):
+                return call
         return None
+
+    def deleted_above(self, write: cst.Call) -> cst.Call | None:
+        """The ``os.remove(path)`` above ``write``, in its function and outside rank tests, of
+        the file ``write`` writes (a wav2vec2 script deletes a stale ``vocab.json`` on every
+        rank, then writes it): moved onto the main process, the write races that deletion, a
+        slower rank deleting the file the main process has just written."""
+        found = self._written_path(write)
+        if found is None:
+            return None
+        path, block = found
+        function = self.placement.enclosing_function(write)
+        for deletion in self.model.calls:
+            deleted = _path(self.model, deletion, DELETERS, {})
+            if (
+                deleted is not None
+                and self.model.order(deletion) < self.model.order(block)
+                and self.placement.enclosing_function(deletion) is function
+                and not self.model.under_rank_guard(deletion)
+                and self._same_file(path, deleted)
+            ):
+                return deletion
+        return None
+
+    def _loads_its_folder(self, call: cst.Call, path: cst.BaseExpression) -> bool:
+        """``AutoTokenizer.from_pretrained(args.output_dir)`` below ``open(os.path.join(
+        args.output_dir, "vocab.json"), "w")``: handed the folder, the loader reads the files in
+        it, the one just written among them (a wav2vec2 script writes its vocabulary, then
+        builds its tokenizer from the folder)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained"):
+            return False
+        folder = self._folder(path)
+        first = next((a.value for a in call.args if a.keyword is None and not a.star), None)
+        return folder is not None and first is not None and self._same_file(folder, first)
 
     def _writes_same_file(self, call: cst.Call, path: cst.BaseExpression) -> bool:
         """``call`` writes ``path`` again (``torch.save(sd, path)`` in the ``else`` of the
