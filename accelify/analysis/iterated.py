@@ -196,11 +196,6 @@ def _taken_from(
         return [dotted(iterable.func.value)]  # type: ignore[attr-defined, list-item]
     if _displayed_items(iterable) and len(parts) == 2 and dotted(parts[1]) == name:
         return _names([e.value for e in iterable.func.value.elements])  # type: ignore[attr-defined]
-    rows = _rows(iterable, len(parts))
-    if rows is not None:
-        for index, part in enumerate(parts):
-            if dotted(part) == name:
-                return _names([row[index] for row in rows])
     if isinstance(iterable, cst.Call) and dotted(iterable.func) in {"zip", "enumerate"}:
         arguments = [a.value for a in iterable.args if not a.star and a.keyword is None]
         if dotted(iterable.func) == "enumerate":
@@ -246,20 +241,6 @@ def _displayed_items(iterable: cst.BaseExpression) -> bool:
         and isinstance(iterable.func.value, cst.Dict)
         and all(isinstance(e, cst.DictElement) for e in iterable.func.value.elements)
     )
-
-
-def _rows(iterable: cst.BaseExpression, width: int) -> list[list[cst.BaseExpression]] | None:
-    """The elements of ``[("train", tl), ("val", vl)]``, a literal list or tuple of tuples as
-    wide as the loop's target: each row binds the target's names in turn. None otherwise."""
-    if not isinstance(iterable, cst.Tuple | cst.List) or not iterable.elements:
-        return None
-    rows = []
-    for element in iterable.elements:
-        row = element.value
-        if not isinstance(row, cst.Tuple | cst.List) or len(row.elements) != width:
-            return None
-        rows.append([e.value for e in row.elements])
-    return rows
 
 
 def _names(values: list[cst.BaseExpression]) -> list[str] | None:

@@ -620,6 +620,7 @@ def _counted_in_the_trained_phases(ctx: Context, line: int, found: list[SampleCo
         "ranks the main process shows its own shard's value there, not the whole set's "
         f"({whole} {'are' if many else 'is'} read whole by every rank: right as it is); for "
         f"the whole set's, reduce on every rank in the training phases only: {reduces}",
+        kind=NoteKind.DIFFERS_ON_N_RANKS,
     )
 
 
