@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
 from accelify.analysis.iterated import iterated_sources
-from accelify.analysis.keyed_dicts import keyed_subscript, may_hold_a_loader, mutated_keys
+from accelify.analysis.keyed_dicts import (
+    holds_a_loader,
+    keyed_subscript,
+    may_hold_a_loader,
+    mutated_keys,
+)
 from accelify.analysis.loops import find_backward, iterated_expression
 from accelify.analysis.name_scopes import local_owner
 from accelify.analysis.names import DATALOADERS
@@ -718,9 +723,16 @@ class ObjectFlow:
         node = keyed_subscript(iterated_expression(loop))
         if node is None or dotted(node.value) != loop.iterable:
             return []
+        trail = self.origin_trail(loop.iterable, loop.node)
+        if any(
+            mutated_keys(name, function or self.model.module) != set()
+            for name, function in trail.names
+            if name is not None
+        ):
+            return []  # an entry stored on the way: the key may pick a loader not shown here
         found: list[tuple[str, cst.CSTNode]] = []
-        for origin, place in self.origin_sites(loop.iterable, loop.node):
-            made = self._keyed_dict(origin, place, loop)
+        for origin, place, argument in trail.found:
+            made = self._keyed_dict(origin, place, argument)
             if made is None:
                 return []
             held, where = made
@@ -732,20 +744,21 @@ class ObjectFlow:
         return found
 
     def _keyed_dict(
-        self, origin: str | None, place: cst.CSTNode, loop: Loop
+        self, origin: str | None, place: cst.CSTNode, argument: cst.BaseExpression | None
     ) -> tuple[dict[str, cst.BaseExpression], cst.CSTNode] | None:
         """The dict display an origin of `keyed_loaders`'s container is, by key, with the node
         that makes it: the one assignment of a plain name in the caller, or, for an origin that
-        is no name (None at a call), the dict written in that call for the loop's own
-        parameter. None where an entry may be stored later: the key may then pick a loader
-        not shown here."""
+        is no name, the dict written in the call that hands it in (``fit(model, {"val": vl,
+        "test": sl})``, also where ``fit`` hands it on to the function whose loop reads it),
+        which holds the caller's loaders as they are at that call."""
         if origin is None:
-            return self._display_in_the_call(place, loop)
+            held = dict_entries(self.model, argument) if argument is not None else None
+            return (held, place) if held else None
         if "." in origin:
             return None
         held = self.dict_display(cst.Name(origin), place)
         caller = self.placement.enclosing_function(place)
-        if not held or mutated_keys(origin, caller or self.model.module):
+        if not held:
             return None
         (made,) = [
             a
@@ -754,27 +767,12 @@ class ObjectFlow:
         ]  # one, as `dict_display` found it
         return held, made
 
-    def _display_in_the_call(
-        self, call: cst.CSTNode, loop: Loop
-    ) -> tuple[dict[str, cst.BaseExpression], cst.CSTNode] | None:
-        """``run(model, opt, {"train": tl, "val": vl}, 3)`` (or ``loaders=dict(train=tl,
-        ...)``) for a loop over ``loaders[split]`` in ``run`` itself: the dict written in the
-        call, which holds the caller's loaders as they are at the call. Only where ``run``
-        stores no entry of its own into ``loaders``."""
-        function = self.placement.enclosing_function(loop.node)
-        if function is None or mutated_keys(loop.iterable, function) != set():  # type: ignore[arg-type]
-            return None
-        for value, site in self._handed_in(function, loop.iterable) or []:
-            if site is call:
-                held = dict_entries(self.model, value)
-                return (held, call) if held else None
-        return None
-
     def keyed_loaders_unknown(self, loop: Loop) -> bool:
         """``for x, y in loaders[split]:`` with a key the analysis cannot read, where
         `keyed_loaders` cannot name every loader the key may pick, yet the container (here or
         where a caller makes what it hands in) may hold a DataLoader: a dict bound twice, by a
-        walrus, in an enclosing function, given an entry later, or a list at another call. A
+        walrus, in an enclosing function, given an entry later (also by a helper that hands it
+        on), a list at another call, or a dict written in a call with a loader made there. A
         gather there could run over an unprepared loader, and none would report one rank's
         shard: the evaluation is left as it is with a review line (`keyed_dicts`)."""
         if not isinstance(loop.node, cst.For) or loop.iterable is None:
@@ -782,13 +780,16 @@ class ObjectFlow:
         node = keyed_subscript(iterated_expression(loop))
         if node is None or dotted(node.value) != loop.iterable or self.keyed_loaders(loop):
             return False
-        names = {loop.iterable} | {
-            origin for origin, _ in self.origin_sites(loop.iterable, loop.node) if origin
-        }
-        return may_hold_a_loader(
-            names,
-            self.model.module,
-            lambda name, at: self.kind_of(name, at) is Kind.DATALOADER,
+        trail = self.origin_trail(loop.iterable, loop.node)
+        names = {loop.iterable} | {name for name, _ in trail.names if name}
+        names |= {origin for origin, _, _ in trail.found if origin}
+
+        def is_loader(name: str, at: cst.CSTNode) -> bool:
+            return self.kind_of(name, at) is Kind.DATALOADER
+
+        written = [argument for _, _, argument in trail.found if argument is not None]
+        return any(holds_a_loader(argument, is_loader) for argument in written) or (
+            may_hold_a_loader(names, self.model.module, is_loader)
         )
 
     def _handed_prepared(self, name: str | None, at: cst.CSTNode) -> bool:
@@ -1070,16 +1071,27 @@ class ObjectFlow:
         ``stop`` (one ``prepare`` returned) is an origin of its own, not followed further.
         Each comes with the place it is read at: the same name in another function is another
         object."""
-        found: set[tuple[str | None, cst.CSTNode]] = set()
+        return {(origin, place) for origin, place, _ in self.origin_trail(name, at, stop).found}
+
+    def origin_trail(
+        self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
+    ) -> OriginTrail:
+        """`origin_sites` with what a reader of the object itself needs: the argument each
+        origin that is no name is (``{"val": vl, "test": sl}`` of ``fit(model, {...})``, however
+        many helpers hand it on before the loop reads it), and every name the object goes by
+        on the way, each in its function (an entry stored under any of them is one the
+        origin does not show)."""
+        trail = OriginTrail()
         pending: list[tuple[str | None, cst.CSTNode]] = [(name, at)]
         for current, place, function in self._once_per_function(pending):
             function = self._closure_owner(function, current, place)
+            trail.names.append((current, function))
             held = self._held_by_a_parameter(function, current) if current not in stop else None
             if held is not None:  # ``t.val_loader`` in ``def validate(t)``: the caller's
                 for value, call in held[0]:  # ``trainer.val_loader`` for ``validate(trainer)``
                     holder = dotted(value)
                     if holder is None:
-                        found.add((None, call))
+                        trail.found.add((None, call, value))
                     else:
                         pending.append((f"{holder}.{held[1]}", call))
                 continue
@@ -1096,7 +1108,7 @@ class ObjectFlow:
             if returned is not None:  # ``model, train_dl = setup(cfg)``: setup()'s own names
                 pending.append(returned)
             elif not passed and not iterated:
-                found.add((current, place))
+                trail.found.add((current, place, None))
             for value, call in passed:
                 entry = returned_entry(self.model, value, call)
                 if entry is not None:  # ``evaluate(model, objs["val_loader"])``
@@ -1104,10 +1116,10 @@ class ObjectFlow:
                     continue
                 source = dotted(_container(value))
                 if source is None:
-                    found.add((None, call))
+                    trail.found.add((None, call, value))
                 else:
                     pending.append((source, call))
-        return found
+        return trail
 
     def _closure_owner(
         self, function: cst.FunctionDef | None, name: str | None, place: cst.CSTNode
@@ -1787,6 +1799,18 @@ def dataclass_fields(owner: cst.ClassDef) -> list[str]:
             if isinstance(target, cst.Name):
                 fields.append(target.value)
     return fields
+
+
+@dataclass
+class OriginTrail:
+    """What `ObjectFlow.origin_trail` finds: each origin with the place it is read at and, for
+    one that is no name, the argument itself; and each name the object is read under on the
+    way there, with the function that reads it (None: the module)."""
+
+    found: set[tuple[str | None, cst.CSTNode, cst.BaseExpression | None]] = field(
+        default_factory=set
+    )
+    names: list[tuple[str | None, cst.FunctionDef | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

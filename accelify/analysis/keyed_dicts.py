@@ -93,14 +93,22 @@ def may_hold_a_loader(
             continue
         if any(_binds(t, names) for t in targets):
             value = node.value
-        if value is None:
-            continue
-        for part in walk(value):
-            if isinstance(part, cst.Call) and _names_a_loader_class(part.func):
-                return True
-            name = dotted(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
-            if name is not None and is_loader(name, part):
-                return True
+        if value is not None and holds_a_loader(value, is_loader):
+            return True
+    return False
+
+
+def holds_a_loader(
+    value: cst.BaseExpression, is_loader: Callable[[str, cst.CSTNode], bool]
+) -> bool:
+    """``value`` holds a DataLoader at any depth: a name ``is_loader`` says is one, or a
+    ``DataLoader(...)`` call (``{"val": vl, "test": DataLoader(...)}`` written in a call)."""
+    for part in walk(value):
+        if isinstance(part, cst.Call) and _names_a_loader_class(part.func):
+            return True
+        name = dotted(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
+        if name is not None and is_loader(name, part):
+            return True
     return False
 
 

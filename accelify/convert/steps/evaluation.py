@@ -10,12 +10,23 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.helper_evaluation import HelperEvaluation
-from accelify.analysis.script_model import Kind
+from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps import handed_accelerator
 from accelify.convert.steps.context import HANDED_ACCELERATOR, Context
 from accelify.edits.collective_rewrites import gather_for_metrics
 from accelify.edits.plan import NoteKind
+
+
+def _whole_loaders(ctx: Context, loop: Loop) -> list[str | None]:
+    """The loaders an evaluation left as it is reads whole on every rank. None known for one
+    over ``loaders[split]`` whose loaders the conversion cannot name (`keyed_loaders_unknown`):
+    what `unprepared_loaders` names there is the container (``self.loaders`` kept from
+    ``T({"val": vl, "test": sl})``), which may hold prepared loaders, so the review may not say
+    its metrics are right as they are."""
+    if ctx.facts.flow.keyed_loaders_unknown(loop):
+        return []
+    return ctx.unprepared_loaders(loop)
 
 
 def run(ctx: Context) -> None:
@@ -29,7 +40,7 @@ def run(ctx: Context) -> None:
         if helper is not None and _gather_in_helper(ctx, helper, gathered_helpers):
             continue
         if evaluation.unsure is not None:
-            whole = ctx.unprepared_loaders(evaluation.loop)
+            whole = _whole_loaders(ctx, evaluation.loop)
             advice = evaluation.advice or (
                 "gather predictions and labels together with "
                 f"{ctx.a_at(evaluation.line_node, 'gather_for_metrics')} "
