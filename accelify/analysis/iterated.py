@@ -196,7 +196,7 @@ def _taken_from(
         return [dotted(iterable.func.value)]  # type: ignore[attr-defined, list-item]
     if _displayed_items(iterable) and len(parts) == 2 and dotted(parts[1]) == name:
         return _names([e.value for e in iterable.func.value.elements])  # type: ignore[attr-defined]
-    rows = _rows(iterable, len(parts))
+    rows = _rows_as_wide_as(iterable, len(parts))
     if rows is not None:
         for index, part in enumerate(parts):
             if dotted(part) == name:
@@ -248,7 +248,9 @@ def _displayed_items(iterable: cst.BaseExpression) -> bool:
     )
 
 
-def _rows(iterable: cst.BaseExpression, width: int) -> list[list[cst.BaseExpression]] | None:
+def _rows_as_wide_as(
+    iterable: cst.BaseExpression, width: int
+) -> list[list[cst.BaseExpression]] | None:
     """The elements of ``[("train", tl), ("val", vl)]``, a literal list or tuple of tuples as
     wide as the loop's target: each row binds the target's names in turn. None otherwise."""
     if not isinstance(iterable, cst.Tuple | cst.List) or not iterable.elements:
