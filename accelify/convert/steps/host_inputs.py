@@ -358,7 +358,7 @@ def _a_whole_loader(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode) ->
     if name is None or ctx.facts.flow.kind_of(name, at) is not Kind.DATALOADER:
         return False
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
-    origins = ctx.facts.flow.origin_sites(name, at, stop=prepared)
+    origins = ctx.origins_past_namesakes(name, at, prepared)
     return bool(origins) and all(
         origin is not None and origin not in prepared for origin, _ in origins
     )
@@ -376,7 +376,7 @@ def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
     if name is None or not _plain_name(name):
         return False
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
-    origins = ctx.facts.flow.origin_sites(name, place, stop=prepared)
+    origins = ctx.origins_past_namesakes(name, place, prepared)
     unprepared = set(ctx.unprepared_loaders(loop))
     return bool(origins) and all(
         origin in unprepared
