@@ -93,6 +93,7 @@ CASES = [
     "pack_padded_sequence_lengths_from_a_prepared_loader_back_on_the_cpu",
     "dataclass_state_model_called_on_a_whole_loaders_batches_sends_them_to_the_device",
     "helper_parameter_spelled_like_the_prepared_loader_reads_the_whole_loader_its_caller_hands",
+    "train_or_evaluate_by_optimizer",
 ]
 
 

@@ -36,6 +36,7 @@ from accelify.convert.steps.host_inputs import (
     JOINED,
     SAME_DEVICE_METHODS,
     assigned_values,
+    batches_sent_at_the_head,
     cpu_only,
     device_given,
     prepared_model_called,
@@ -72,11 +73,14 @@ def run(ctx: Context) -> None:
 
 
 def _training_loops(ctx: Context) -> list[Loop]:
-    """The loops that draw prepared batches: inside them the batches are on the device."""
+    """The loops that draw prepared batches, or whose batches are sent to the device at their
+    head (one loop for a prepared loader and one left whole): inside them the batches are on
+    the device."""
     return [
         loop
         for loop in ctx.model.loops
-        if ctx.facts.flow.reads_loader(loop) and not ctx.unprepared_loaders(loop)
+        if ctx.facts.flow.reads_loader(loop)
+        and (not ctx.unprepared_loaders(loop) or batches_sent_at_the_head(ctx, loop))
     ]
 
 
