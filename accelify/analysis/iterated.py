@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, has_parameter, target_names
+from accelify.analysis.syntax import dotted, has_parameter, target_names, walk
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 _COMPREHENSION_TYPES = frozenset(_COMPREHENSIONS)
@@ -71,7 +71,7 @@ def row_bindings(
         if not _bind(target, row, bound, tails):
             return None
         for unpacked, source in unpacks:
-            value = tails.get(source, bound.get(source))
+            value = _entry(source, bound, tails)
             read = dict(bound)
             if value is not None and _bind(unpacked, value, read, tails):
                 bound = read
@@ -79,10 +79,13 @@ def row_bindings(
     return passes
 
 
-def _body_unpacks(model: ScriptModel, loop: cst.For) -> list[tuple[cst.BaseExpression, str]]:
-    """``(loader, opt)`` and ``rest`` of ``loader, opt = rest``, a statement of the loop's own
-    body unpacking a name its target binds, when nothing else in the loop binds what it
-    unpacks into (a later ``loader = ...`` would make the row's entry only its first value)."""
+def _body_unpacks(
+    model: ScriptModel, loop: cst.For
+) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """``(loader, opt)`` and ``rest`` of ``loader, opt = rest`` (or ``loader = rest[0]``), a
+    statement of the loop's own body taking entries of a name its target binds, when nothing
+    else in the loop binds what it assigns (a later ``loader = ...`` would make the row's entry
+    only its first value)."""
     bound_by_loop = target_names(loop.target)
     found = []
     for line in loop.body.body:
@@ -92,13 +95,42 @@ def _body_unpacks(model: ScriptModel, loop: cst.For) -> list[tuple[cst.BaseExpre
             if (
                 type(statement) is cst.Assign
                 and len(statement.targets) == 1
-                and type(statement.targets[0].target) in (cst.Tuple, cst.List)
-                and type(statement.value) is cst.Name
-                and statement.value.value in bound_by_loop
+                and any(
+                    type(n) is cst.Name and n.value in bound_by_loop for n in walk(statement.value)
+                )
                 and _only_binding_in(model, statement, loop)
             ):
-                found.append((statement.targets[0].target, statement.value.value))
+                found.append((statement.targets[0].target, statement.value))
     return found
+
+
+def _entry(
+    value: cst.BaseExpression, bound: dict[str, cst.BaseExpression], tails: dict[str, _Row]
+) -> cst.BaseExpression | _Row | None:
+    """What ``value`` is in one pass: a name the row binds, its starred tail, an entry of
+    either by a written index (``rest[0]``), or a tuple of those; None when not written out."""
+    if type(value) is cst.Name:
+        return tails.get(value.value, bound.get(value.value))
+    if type(value) in (cst.Tuple, cst.List):
+        if any(isinstance(e, cst.StarredElement) for e in value.elements):  # type: ignore[attr-defined]
+            return None
+        return _Row(_entry(e.value, bound, tails) for e in value.elements)  # type: ignore[attr-defined]
+    if type(value) is not cst.Subscript or len(value.slice) != 1:  # type: ignore[attr-defined]
+        return None
+    index = value.slice[0].slice  # type: ignore[attr-defined]
+    if type(index) is not cst.Index or type(index.value) is not cst.Integer:
+        return None
+    whole = _entry(value.value, bound, tails)  # type: ignore[attr-defined]
+    if isinstance(whole, _Row):
+        entries: list[cst.BaseExpression | _Row | None] = list(whole)
+    elif isinstance(whole, (cst.Tuple, cst.List)) and not any(
+        isinstance(e, cst.StarredElement) for e in whole.elements
+    ):
+        entries = [e.value for e in whole.elements]
+    else:
+        return None
+    position = int(index.value.value)
+    return entries[position] if position < len(entries) else None
 
 
 def _only_binding_in(model: ScriptModel, assign: cst.Assign, loop: cst.For) -> bool:
