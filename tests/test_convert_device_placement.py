@@ -94,6 +94,7 @@ CASES = [
     "dataclass_state_model_called_on_a_whole_loaders_batches_sends_them_to_the_device",
     "helper_parameter_spelled_like_the_prepared_loader_reads_the_whole_loader_its_caller_hands",
     "train_or_evaluate_by_optimizer",
+    "hidden_state_made_in_forward_is_made_where_the_parameters_are",
 ]
 
 
