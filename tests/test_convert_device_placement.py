@@ -92,6 +92,9 @@ CASES = [
     "shared_loop_over_a_zip_of_names_and_loaders_sends_every_batch_to_the_device",
     "pack_padded_sequence_lengths_from_a_prepared_loader_back_on_the_cpu",
     "dataclass_state_model_called_on_a_whole_loaders_batches_sends_them_to_the_device",
+    "helper_parameter_spelled_like_the_prepared_loader_reads_the_whole_loader_its_caller_hands",
+    "train_or_evaluate_by_optimizer",
+    "hidden_state_made_in_forward_is_made_where_the_parameters_are",
 ]
 
 

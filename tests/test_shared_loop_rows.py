@@ -59,6 +59,13 @@ _SHAPES = {
                    '("val", val_loader)]):', 'optimizer if name == "train" else None'),
     "zip-of-names": ('for name, loader in zip(["train", "val"], [train_loader, val_loader]):',
                      'optimizer if name == "train" else None'),
+    "starred-rest-unpacked-in-the-body": (
+        "for name, *rest in rows:\n            loader, opt = rest", "opt"),
+    "starred-rest-indexed-in-the-body": (
+        "for name, *rest in rows:\n            loader = rest[0]\n            opt = rest[1]", "opt"),
+    "row-entries-paired-in-the-body": (
+        "for row in rows:\n            loader, opt = row[1], row[2]", "opt"),
+    "row-unpacked-in-the-body": ("for row in rows:\n            name, loader, opt = row", "opt"),
     "zip-of-optimizers": ("for name, loader, opt in zip(('train', 'val'), "
                           "(train_loader, val_loader), (optimizer, None)):", "opt"),
 }  # fmt: skip

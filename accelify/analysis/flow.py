@@ -1059,7 +1059,11 @@ class ObjectFlow:
         return {origin for origin, _ in self.origin_sites(name, at, stop)}
 
     def origin_sites(
-        self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
+        self,
+        name: str | None,
+        at: cst.CSTNode,
+        stop: set[str] | frozenset[str] = frozenset(),
+        another_object: Callable[[str, cst.CSTNode], bool] | None = None,
     ) -> set[tuple[str | None, cst.CSTNode]]:
         """Where a helper's parameter comes from, followed back through every call site of
         every helper in between: ``{"val_loader"}`` for ``loader`` in ``def predict(self,
@@ -1070,11 +1074,18 @@ class ObjectFlow:
         None stands for an argument that is not a name (``fit(DataLoader(...))``); a name in
         ``stop`` (one ``prepare`` returned) is an origin of its own, not followed further.
         Each comes with the place it is read at: the same name in another function is another
-        object."""
-        return {(origin, place) for origin, place, _ in self.origin_trail(name, at, stop).found}
+        object, and a name of ``stop`` that ``another_object`` says is not the one prepared where
+        it is read (``loader``, a helper's parameter its callers hand ``val_loader``) is
+        followed on."""
+        trail = self.origin_trail(name, at, stop, another_object)
+        return {(origin, place) for origin, place, _ in trail.found}
 
     def origin_trail(
-        self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
+        self,
+        name: str | None,
+        at: cst.CSTNode,
+        stop: set[str] | frozenset[str] = frozenset(),
+        another_object: Callable[[str, cst.CSTNode], bool] | None = None,
     ) -> OriginTrail:
         """`origin_sites` with what a reader of the object itself needs: the argument each
         origin that is no name is (``{"val": vl, "test": sl}`` of ``fit(model, {...})``, however
@@ -1086,7 +1097,10 @@ class ObjectFlow:
         for current, place, function in self._once_per_function(pending):
             function = self._closure_owner(function, current, place)
             trail.names.append((current, function))
-            held = self._held_by_a_parameter(function, current) if current not in stop else None
+            stopped = current in stop and not (
+                another_object is not None and another_object(current, place)  # type: ignore[arg-type]
+            )
+            held = self._held_by_a_parameter(function, current) if not stopped else None
             if held is not None:  # ``t.val_loader`` in ``def validate(t)``: the caller's
                 for value, call in held[0]:  # ``trainer.val_loader`` for ``validate(trainer)``
                     holder = dotted(value)
@@ -1095,15 +1109,15 @@ class ObjectFlow:
                     else:
                         pending.append((f"{holder}.{held[1]}", call))
                 continue
-            passed = (self._handed_in(function, current) or []) if current not in stop else []
-            if current not in stop and not passed:
+            passed = (self._handed_in(function, current) or []) if not stopped else []
+            if not stopped and not passed:
                 passed = self.dataclass_arguments(current, place) or []
-            if current not in stop and not passed:
+            if not stopped and not passed:
                 passed = self.record_arguments(current, place)
-            iterated = [] if passed or current in stop else self._iterated_loaders(current, place)
+            iterated = [] if passed or stopped else self._iterated_loaders(current, place)
             pending += [(source, place) for source in iterated]
             returned = None
-            if current is not None and current not in stop and not passed and not iterated:
+            if current is not None and not stopped and not passed and not iterated:
                 returned = returned_local(self.model, current, place)
             if returned is not None:  # ``model, train_dl = setup(cfg)``: setup()'s own names
                 pending.append(returned)

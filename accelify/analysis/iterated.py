@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, has_parameter
+from accelify.analysis.syntax import dotted, has_parameter, target_names, walk
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 _COMPREHENSION_TYPES = frozenset(_COMPREHENSIONS)
@@ -57,17 +57,94 @@ def row_bindings(
     None)]``), also through the one name assigned it, or a ``zip``/``enumerate`` of such lists
     (``zip(["train", "val"], [train_loader, val_loader])``). The target may nest (``name,
     (loader, opt)``) and star (``name, loader, *_``): a starred name and an ``enumerate`` count
-    are left out of the mapping. None when a row or its shape is not written out."""
+    are left out of the mapping. What the loop's body unpacks from the row or its starred tail
+    (``for name, *rest in rows: loader, opt = rest``) is bound too, where its shape is written
+    out: it is the same entry of the row. None when a row or its shape is not written out."""
     rows = _rows(model, iterable, at)
     if rows is None:
         return None
+    unpacks = _body_unpacks(model, at) if type(at) is cst.For and at.target is target else []
     passes = []
     for row in rows:
         bound: dict[str, cst.BaseExpression] = {}
-        if not _bind(target, row, bound):
+        tails: dict[str, _Row] = {}
+        if not _bind(target, row, bound, tails):
             return None
+        for unpacked, source in unpacks:
+            value = _entry(source, bound, tails)
+            read = dict(bound)
+            if value is not None and _bind(unpacked, value, read, tails):
+                bound = read
         passes.append(bound)
     return passes
+
+
+def _body_unpacks(
+    model: ScriptModel, loop: cst.For
+) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """``(loader, opt)`` and ``rest`` of ``loader, opt = rest`` (or ``loader = rest[0]``), a
+    statement of the loop's own body taking entries of a name its target binds, when nothing
+    else in the loop binds what it assigns (a later ``loader = ...`` would make the row's entry
+    only its first value)."""
+    bound_by_loop = target_names(loop.target)
+    found = []
+    for line in loop.body.body:
+        if type(line) is not cst.SimpleStatementLine:
+            continue
+        for statement in line.body:
+            if (
+                type(statement) is cst.Assign
+                and len(statement.targets) == 1
+                and any(
+                    type(n) is cst.Name and n.value in bound_by_loop for n in walk(statement.value)
+                )
+                and _only_binding_in(model, statement, loop)
+            ):
+                found.append((statement.targets[0].target, statement.value))
+    return found
+
+
+def _entry(
+    value: cst.BaseExpression, bound: dict[str, cst.BaseExpression], tails: dict[str, _Row]
+) -> cst.BaseExpression | _Row | None:
+    """What ``value`` is in one pass: a name the row binds, its starred tail, an entry of
+    either by a written index (``rest[0]``), or a tuple of those; None when not written out."""
+    if type(value) is cst.Name:
+        return tails.get(value.value, bound.get(value.value))
+    if type(value) in (cst.Tuple, cst.List):
+        if any(isinstance(e, cst.StarredElement) for e in value.elements):  # type: ignore[attr-defined]
+            return None
+        return _Row(_entry(e.value, bound, tails) for e in value.elements)  # type: ignore[attr-defined]
+    if type(value) is not cst.Subscript or len(value.slice) != 1:  # type: ignore[attr-defined]
+        return None
+    index = value.slice[0].slice  # type: ignore[attr-defined]
+    if type(index) is not cst.Index or type(index.value) is not cst.Integer:
+        return None
+    whole = _entry(value.value, bound, tails)  # type: ignore[attr-defined]
+    if isinstance(whole, _Row):
+        entries: list[cst.BaseExpression | _Row | None] = list(whole)
+    elif isinstance(whole, (cst.Tuple, cst.List)) and not any(
+        isinstance(e, cst.StarredElement) for e in whole.elements
+    ):
+        entries = [e.value for e in whole.elements]
+    else:
+        return None
+    position = int(index.value.value)
+    return entries[position] if position < len(entries) else None
+
+
+def _only_binding_in(model: ScriptModel, assign: cst.Assign, loop: cst.For) -> bool:
+    """Nothing in ``loop`` but ``assign`` binds a name ``assign`` binds."""
+    for name in target_names(assign.targets[0].target):
+        bindings = model.index.assignments_to(name) + model.index.unpacked_assignments_to(name)
+        if any(other is not assign and _within(model, other, loop) for other in bindings):
+            return False
+        if any(
+            _within(model, node, loop) and name in target_names(node.target)
+            for node in model.index.of_type(cst.For)
+        ):
+            return False
+    return True
 
 
 def _rows(
@@ -103,9 +180,11 @@ def _bind(
     target: cst.BaseExpression,
     value: cst.BaseExpression | _Row | None,
     bound: dict[str, cst.BaseExpression],
+    tails: dict[str, _Row],
 ) -> bool:
-    """Adds what ``target`` binds when assigned ``value`` to ``bound``; False when the value's
-    shape is not written out where the target unpacks it."""
+    """Adds what ``target`` binds when assigned ``value`` to ``bound``, and the entries a
+    starred name takes to ``tails``; False when the value's shape is not written out where
+    the target unpacks it."""
     if isinstance(target, cst.Name):
         if value is not None and not isinstance(value, _Row):
             bound[target.value] = value
@@ -131,11 +210,14 @@ def _bind(
             return False
         paired = list(zip(parts[:star], values, strict=False))
         paired += list(zip(parts[star + 1 :], values[len(values) - after :], strict=True))
+        starred = parts[star].value
+        if type(starred) is cst.Name:
+            tails[starred.value] = _Row(values[star : len(values) - after])
     elif len(values) != len(parts):
         return False
     else:
         paired = list(zip(parts, values, strict=True))
-    return all(_bind(part.value, v, bound) for part, v in paired)
+    return all(_bind(part.value, v, bound, tails) for part, v in paired)
 
 
 def literal_sequence(

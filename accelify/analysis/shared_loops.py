@@ -164,9 +164,11 @@ def _per_iteration(
     for ancestor in model.ancestors(call):
         if ancestor is function:
             break
-        if not isinstance(ancestor, cst.For) or not read & target_names(ancestor.target):
+        if not isinstance(ancestor, cst.For):
             continue
         passes = row_bindings(model, ancestor.target, ancestor.iter, ancestor)
+        if not read & target_names(ancestor.target).union(*(passes or [])):
+            continue  # ``loader, opt = rest`` in the body: the row's own entries
         if passes is None:
             return [(passed, ("", ""))]
         return [

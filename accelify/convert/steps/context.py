@@ -380,7 +380,7 @@ class Context:
         name, place = flow.loader_read(loop)
         if flow.kind_of(name, place) is not Kind.DATALOADER:
             return []
-        origins = flow.origin_sites(name, place, stop=prepared)
+        origins = self.origins_past_namesakes(name, place, prepared)
         return sorted(
             {
                 o
@@ -410,6 +410,16 @@ class Context:
             and self.model.order(loop.node) < self.model.order(top)
             and not placement.inside(loop.node, top)
             for top in tops
+        )
+
+    def origins_past_namesakes(
+        self, name: str | None, place: cst.CSTNode, prepared: set[str]
+    ) -> set[tuple[str | None, cst.CSTNode]]:
+        """`origin_sites` stopping at a ``prepared`` name only where it is the object prepared:
+        ``loader`` of ``def accuracy(model, loader)`` called with ``val_loader`` is followed to
+        ``val_loader``, though ``main()`` prepares a ``loader`` of its own."""
+        return self.facts.flow.origin_sites(
+            name, place, stop=prepared, another_object=self._another_local
         )
 
     def _another_local(self, name: str | None, place: cst.CSTNode, depth: int = 0) -> bool:

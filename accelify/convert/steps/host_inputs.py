@@ -104,14 +104,7 @@ def _batches_moved_where_phases_mix(ctx: Context) -> None:
     phases. Its batch is sent to the device at the loop's head, for every phase (a batch
     already there is handed back as it is), so the model, labels and metrics meet there."""
     for loop in ctx.model.loops:
-        if not loop.trains or id(loop.node) not in ctx.left_whole:
-            continue
-        if not ctx.facts.flow.reads_loader(loop) or _reads_only_whole_loaders(ctx, loop):
-            continue  # all on the host: each model call is moved (`run`)
-        phased = any(p.decided and p.loop is loop for p in ctx.facts.phase_loaders.values())
-        if not (phased or ctx.unprepared_loaders(loop)):
-            continue
-        if not isinstance(loop.node.body, cst.IndentedBlock):
+        if not phases_mix(ctx, loop):
             continue
         target = loop.node.target
         acc = ctx.accelerator_at(loop.node)
@@ -138,6 +131,24 @@ def _batches_moved_where_phases_mix(ctx: Context) -> None:
             ctx.need(first)
         if "send_to_device" not in ctx.uses:
             ctx.uses.append("send_to_device")
+
+
+def phases_mix(ctx: Context, loop: Loop) -> bool:
+    """``loop`` trains on a prepared loader and evaluates one left whole: its batches are sent
+    to the device at its head (or, where its target cannot be bound again, a review asks to)."""
+    if not loop.trains or id(loop.node) not in ctx.left_whole:
+        return False
+    if not ctx.facts.flow.reads_loader(loop) or _reads_only_whole_loaders(ctx, loop):
+        return False  # all on the host: each model call is moved (`run`)
+    phased = any(p.decided and p.loop is loop for p in ctx.facts.phase_loaders.values())
+    if not (phased or ctx.unprepared_loaders(loop)):
+        return False
+    return isinstance(loop.node.body, cst.IndentedBlock)
+
+
+def batches_sent_at_the_head(ctx: Context, loop: Loop) -> bool:
+    """`phases_mix` with a target the move binds again: every batch is on the device."""
+    return phases_mix(ctx, loop) and _plain_target(loop.node.target)
 
 
 def _plain_target(target: cst.BaseExpression) -> bool:
@@ -358,7 +369,7 @@ def _a_whole_loader(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode) ->
     if name is None or ctx.facts.flow.kind_of(name, at) is not Kind.DATALOADER:
         return False
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
-    origins = ctx.facts.flow.origin_sites(name, at, stop=prepared)
+    origins = ctx.origins_past_namesakes(name, at, prepared)
     return bool(origins) and all(
         origin is not None and origin not in prepared for origin, _ in origins
     )
@@ -376,7 +387,7 @@ def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
     if name is None or not _plain_name(name):
         return False
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
-    origins = ctx.facts.flow.origin_sites(name, place, stop=prepared)
+    origins = ctx.origins_past_namesakes(name, place, prepared)
     unprepared = set(ctx.unprepared_loaders(loop))
     return bool(origins) and all(
         origin in unprepared

@@ -28,6 +28,7 @@ from accelify.analysis.syntax import (
     children_of,
     dotted,
     has_parameter,
+    self_parameter,
     target_names,
     walk,
 )
@@ -36,6 +37,7 @@ from accelify.convert.steps.host_inputs import (
     JOINED,
     SAME_DEVICE_METHODS,
     assigned_values,
+    batches_sent_at_the_head,
     cpu_only,
     device_given,
     prepared_model_called,
@@ -69,14 +71,89 @@ def run(ctx: Context) -> None:
                 _place(ctx, node, "the batches and the model it meets are there", drawn=False)
     if loops:
         _made_before_the_loops(ctx, loops, done)
+    _made_in_forward(ctx)
+
+
+#: factories whose values do not depend on the device they are made on (no RNG stream)
+_FIXED = frozenset({"zeros", "ones", "full", "empty", "eye", "arange"})
+
+
+def _made_in_forward(ctx: Context) -> None:
+    """``h0 = torch.zeros(1, x.size(0), self.hidden)`` in the ``forward`` of a model class the
+    conversion prepares, handed to one of its layers (``self.rnn(packed, h0)``): prepare puts
+    the layers on the device and this stays on the CPU (on a GPU: a device mismatch at the
+    first step). Made where the module's parameters are, whatever device that is."""
+    for forward in _prepared_forwards(ctx):
+        owner = self_parameter(forward)
+        if owner is None:
+            continue
+        device = f"next({owner}.parameters()).device"
+        for node in walk(forward.body):
+            if (
+                _is_factory(node)
+                and torch_factory(node) in _FIXED  # type: ignore[arg-type]
+                and _handed_to_a_layer(ctx, node, forward, owner)  # type: ignore[arg-type]
+            ):
+                ctx.plan.add(
+                    rewrites.made_on_device(node, device),  # type: ignore[arg-type]
+                    line=ctx.line(node),
+                    text=f"{ctx.code(node)}: made on {device} (a layer of the prepared model "
+                    "takes it, on the device)",
+                )
+
+
+def _prepared_forwards(ctx: Context) -> list[cst.FunctionDef]:
+    """The ``forward`` of each model class of the file an instance of which is prepared."""
+    prepared = set(ctx.plan.prepared)
+    classes = {
+        dotted(binding.value.func)
+        for binding in ctx.model.bindings
+        if binding.kind is Kind.MODEL
+        and binding.name in prepared
+        and isinstance(binding.value, cst.Call)
+    }
+    found = []
+    for name in sorted(c for c in classes if c in ctx.model.module_classes):
+        forward = ctx.model.index.methods_of(name).get("forward")
+        if forward is not None:
+            found.append(forward)
+    return found
+
+
+def _handed_to_a_layer(
+    ctx: Context, factory: cst.Call, forward: cst.FunctionDef, owner: str
+) -> bool:
+    """``factory`` is an argument of a call of one of the module's layers (``self.rnn(x,
+    torch.zeros(...))``), or assigned to a name, in ``forward`` only, that one takes."""
+    handed: list[cst.BaseExpression] = [factory]
+    parent = ctx.model.parent(factory)
+    if (
+        isinstance(parent, cst.Assign)
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0].target, cst.Name)
+    ):
+        name = parent.targets[0].target.value
+        handed = [n for n in walk(forward.body) if isinstance(n, cst.Name) and n.value == name]
+    for call in walk(forward.body):
+        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+            continue
+        if dotted(call.func.value) != owner:
+            continue
+        arguments = [a.value for a in call.args]
+        if any(value is argument for value in handed for argument in arguments):
+            return True
+    return False
 
 
 def _training_loops(ctx: Context) -> list[Loop]:
-    """The loops that draw prepared batches: inside them the batches are on the device."""
+    """The loops that draw prepared batches, or whose batches are sent to the device at their
+    head (one loop for a prepared loader and one left whole): inside them the batches are on
+    the device."""
     return [
         loop
         for loop in ctx.model.loops
-        if ctx.facts.flow.reads_loader(loop) and not ctx.unprepared_loaders(loop)
+        if ctx.facts.flow.reads_loader(loop)
+        and (not ctx.unprepared_loaders(loop) or batches_sent_at_the_head(ctx, loop))
     ]
 
 
