@@ -174,6 +174,13 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
             "later, a dict bound again or elsewhere, another caller's container; one dict "
             "made once after the prepare call from prepared loaders is followed)"
         )
+    rows = facts.flow.row_loaders_unknown(loop)
+    if found is not None and found.sinks and found.unsure is None and rows and not loop.trains:
+        found.unsure_at = loop.node
+        found.unsure = (
+            f"it reads {loop.iterable}, taken from a row of the loop around it in a way the "
+            f"conversion cannot follow, so it may be any of {', '.join(rows)}"
+        )
     return found
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from accelify.analysis.iterated import iterated_sources
+from accelify.analysis.iterated import iterated_sources, unread_row_entries
 from accelify.analysis.keyed_dicts import (
     holds_a_loader,
     keyed_subscript,
@@ -709,6 +709,8 @@ class ObjectFlow:
             return True  # ``for x, y in accelerator.prepare(test_loader):``
         if self.keyed_loaders(loop) or self.keyed_loaders_unknown(loop):
             return True
+        if self.row_loaders_unknown(loop):
+            return True
         return self._handed_prepared(loop.iterable, loop.node)
 
     def keyed_loaders(self, loop: Loop) -> list[tuple[str, cst.CSTNode]]:
@@ -791,6 +793,20 @@ class ObjectFlow:
         return any(holds_a_loader(argument, is_loader) for argument in written) or (
             may_hold_a_loader(names, self.model.module, is_loader)
         )
+
+    def row_loaders_unknown(self, loop: Loop) -> list[str]:
+        """``for x, y in loader:`` where ``loader`` is taken from a row of a loop over rows
+        written out in a way the analysis cannot follow (``for name, *rest in rows: loader, opt
+        = rest.pop(0), rest.pop(0)``): every DataLoader a row holds, any of which the loop may
+        read in a pass. Empty for anything else. Prepared, a loader this loop evaluates would
+        give one rank's shard's totals with no word, so the conversion leaves them all whole
+        with a review line (`evaluation_of`)."""
+        if not isinstance(loop.node, cst.For) or not isinstance(loop.node.iter, cst.Name):
+            return []
+        if self.kind_of(loop.iterable, loop.node) is not None:
+            return []
+        entries = unread_row_entries(self.model, loop.node.iter.value, loop.node)
+        return [e for e in entries if self.kind_of(e, loop.node) is Kind.DATALOADER]
 
     def _handed_prepared(self, name: str | None, at: cst.CSTNode) -> bool:
         """``name`` is a parameter of the function around ``at`` that its callers hand a

@@ -79,6 +79,57 @@ def row_bindings(
     return passes
 
 
+def unread_row_entries(model: ScriptModel, name: str, at: cst.CSTNode) -> list[str]:
+    """Every name an entry of the written-out rows holds (``train_loader``, ``val_loader``,
+    ``optimizer``), when the innermost ``for`` over them around ``at`` does not bind ``name``
+    by its target, yet a statement of its body takes ``name`` from what the target binds in a
+    way `row_bindings` cannot read (``loader, opt = rest.pop(0), rest.pop(0)``): ``name`` may
+    be any of them in each pass. Empty when no such loop binds it."""
+    for ancestor in model.ancestors(at):
+        if type(ancestor) is not cst.For or _within(model, at, ancestor.iter):
+            continue
+        if name in target_names(ancestor.target):
+            return []
+        if not _takes_from_the_row(model, ancestor, name):
+            continue
+        rows = _rows(model, ancestor.iter, ancestor)
+        passes = row_bindings(model, ancestor.target, ancestor.iter, ancestor)
+        if rows is None or (passes is not None and all(name in p for p in passes)):
+            return []
+        return list(dict.fromkeys(n for row in rows for n in _held_names(row)))
+    return []
+
+
+def _takes_from_the_row(model: ScriptModel, loop: cst.For, name: str) -> bool:
+    """A statement directly in ``loop``'s body assigns ``name`` from a name its target binds."""
+    bound_by_loop = target_names(loop.target)
+    for line in loop.body.body:
+        if type(line) is not cst.SimpleStatementLine:
+            continue
+        for statement in line.body:
+            if (
+                type(statement) is cst.Assign
+                and any(name in target_names(t.target) for t in statement.targets)
+                and any(
+                    type(n) is cst.Name and n.value in bound_by_loop for n in walk(statement.value)
+                )
+            ):
+                return True
+    return False
+
+
+def _held_names(value: cst.BaseExpression | None) -> list[str]:
+    """The names a row holds, also inside tuples and lists it nests (and a ``zip``'s rows)."""
+    if value is None:
+        return []
+    if isinstance(value, (_Row, tuple)):
+        return [n for entry in value for n in _held_names(entry)]
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return [n for e in value.elements for n in _held_names(e.value)]
+    name = dotted(value)
+    return [name] if name is not None else []
+
+
 def _body_unpacks(
     model: ScriptModel, loop: cst.For
 ) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:

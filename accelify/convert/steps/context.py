@@ -377,6 +377,9 @@ class Context:
                     if name not in prepared or not self.after_prepare(made, name)
                 }
             )
+        rows = flow.row_loaders_unknown(loop)
+        if rows:  # ``loader, opt = rest.pop(0), rest.pop(0)``: any loader a row holds
+            return sorted(name for name in rows if name not in prepared)
         name, place = flow.loader_read(loop)
         if flow.kind_of(name, place) is not Kind.DATALOADER:
             return []

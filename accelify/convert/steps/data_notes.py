@@ -55,11 +55,12 @@ def run(ctx: Context) -> None:
         unprepared = [n for n in unprepared if n not in ctx.self_sharded]
         if unprepared:
             noted = True
+            is_, it = ("are", "them") if len(unprepared) > 1 else ("is", "it")
             ctx.plan.review(
                 ctx.line(loop.node),
-                f"this training loop reads {loader_names(unprepared)}, which is not prepared: "
-                "every rank trains on all of it (correct, not data-parallel); prepare it to "
-                "shard it",
+                f"this training loop reads {loader_names(unprepared)}, which {is_} not "
+                f"prepared: every rank trains on all of {it} (correct, not data-parallel); "
+                f"prepare {it} to shard {it}",
             )
     for loop in ctx.model.loops:
         made_by = loader_property(ctx.model, loop.iterable, loop.node) if loop.trains else None

@@ -383,6 +383,9 @@ def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
     model, loader)`` over a loader no prepare took, after ``train()`` prepared that model):
     its batches are on the host, and the loss of the output sent back there still reaches
     the model's parameters through the move's gradient."""
+    rows = ctx.facts.flow.row_loaders_unknown(loop)
+    if rows:  # ``loader, opt = rest.pop(0), rest.pop(0)``: any loader a row holds
+        return set(rows) <= set(ctx.unprepared_loaders(loop))
     name, place = ctx.facts.flow.loader_read(loop)
     if name is None or not _plain_name(name):
         return False

@@ -2185,7 +2185,8 @@ def _left_whole_words(ctx: Context, evaluation: Evaluation, names: list[str]) ->
     calling ``self.evaluate(loader)``, and ``evaluate`` handed ``test_loader`` by ``main``)
     say one line, not two that overlap (trial24 lit2: "test_loader, val_loader is left
     unprepared" beside "val_loader is left unprepared")."""
-    reaching = sorted(_loader_origins(ctx, evaluation.loop) - _trained_loaders(ctx))
+    rows = set(ctx.facts.flow.row_loaders_unknown(evaluation.loop))
+    reaching = sorted(rows or _loader_origins(ctx, evaluation.loop) - _trained_loaders(ctx))
     names = reaching if set(names) <= set(reaching) else names
     if len(names) == 1:
         return f"{names[0]} is left unprepared, so every rank evaluates all of it", "it"
@@ -2945,7 +2946,10 @@ def _evaluated_unsure(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Evalua
             continue  # a helper gathers for it, or whole sets would be counted N times
         if _block_holding(ctx, blocks, evaluation.loop) is not None:
             continue  # on the main process alone: `_read_where_written` keeps its loader whole
-        for name in sorted(_loader_origins(ctx, evaluation.loop) - trained):
+        rows = ctx.facts.flow.row_loaders_unknown(evaluation.loop)
+        # a row the conversion cannot follow may hand this loop the loader a training loop
+        # reads too: prepared, either could be evaluated by its shard here
+        for name in sorted(set(rows) or _loader_origins(ctx, evaluation.loop) - trained):
             if chosen.get(name) is Kind.DATALOADER:
                 found.setdefault(name, evaluation)
     return found
@@ -3413,6 +3417,9 @@ def _loader_origins(ctx: Context, loop: Loop) -> set[str]:
     if loop.iterable is None:
         return set()
     flow = ctx.facts.flow
+    rows = flow.row_loaders_unknown(loop)
+    if rows:  # ``loader, opt = rest.pop(0), rest.pop(0)``: any loader a row holds
+        return set(rows)
     # ``for x, y in state["val_loader"]``: the loader the dict was built with, not the dict
     name, place = flow.returned_entry_read(loop) or (loop.iterable, loop.node)
     return ctx.facts.held_origins(name, place)
