@@ -95,6 +95,7 @@ CASES = [
     "helper_parameter_spelled_like_the_prepared_loader_reads_the_whole_loader_its_caller_hands",
     "train_or_evaluate_by_optimizer",
     "hidden_state_made_in_forward_is_made_where_the_parameters_are",
+    "kept_dict_of_prepared_loaders_read_by_key_in_a_method",
 ]
 
 

@@ -562,10 +562,17 @@ class ObjectFlow:
         """`kept_arguments` as the arguments themselves, where the calls spell them (their
         scope is the caller's: ``ckpt_dir`` in ``Fit.__init__(self, ckpt_dir="ckpt")`` that
         builds ``ModelCheckpoint(ckpt_dir)``)."""
+        return [value for value, _ in self.kept_passed(name, at)]
+
+    def kept_passed(
+        self, name: str | None, at: cst.CSTNode
+    ) -> list[tuple[cst.BaseExpression, cst.Call]]:
+        """`kept_argument_values` with the construction that hands each: whether it holds
+        prepared objects depends on where that call runs."""
         init, kept = self.kept_parameter(name, at)
         if init is None or kept is None:
             return []
-        return [value for value, _ in self._passed_to(init, kept)]
+        return self._passed_to(init, kept)
 
     def kept_arguments(self, name: str | None, at: cst.CSTNode) -> list[str | None]:
         """The caller's names for ``self.scheduler`` in a method of a class whose ``__init__``

@@ -17,7 +17,7 @@ from accelify.analysis.agreed_values import AgreedValues
 from accelify.analysis.base_inits import runs_init_of
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts, facts_of
-from accelify.analysis.flow import SchedulerStep
+from accelify.analysis.flow import SchedulerStep, dict_entries
 from accelify.analysis.idle_members import OutputMembers
 from accelify.analysis.loss_sources import runs_before
 from accelify.analysis.objects import bound_arguments, returned_local
@@ -395,9 +395,27 @@ class Context:
                 )
                 and not self._received_prepared(o, prepared)
                 and not self._prepared_attribute_of_an_instance(o, place)
+                and not self._kept_dict_of_prepared_loaders(o, place, prepared)
             },
             key=lambda o: o or "",
         )
+
+    def _kept_dict_of_prepared_loaders(
+        self, name: str | None, place: cst.CSTNode, prepared: set[str]
+    ) -> bool:
+        """``self.loaders`` kept from ``T({"val": vl, "test": sl})``, every construction of
+        which runs after the prepare and writes a dict of prepared loaders: what the loop reads
+        (``self.loaders[name]``) is one of them, on the device and sharded, not a loader read
+        whole (named so, its batches' labels stay on the device while the model's output
+        would be sent back to the host: a mixed-device crash on a GPU)."""
+        passed = self.facts.flow.kept_passed(name, place)
+        for value, call in passed:
+            held = dict_entries(self.model, value)
+            if not held or not self.after_prepare(call):
+                return False
+            if not all(dotted(entry) in prepared for entry in held.values()):
+                return False
+        return bool(passed)
 
     def _read_before_its_prepare(self, name: str | None, loop: Loop) -> bool:
         """``for x, y in train_loader:`` that trains a teacher in ``main()`` before the
