@@ -172,13 +172,8 @@ def _entry(
     if type(index) is not cst.Index or type(index.value) is not cst.Integer:
         return None
     whole = _entry(value.value, bound, tails)  # type: ignore[attr-defined]
-    if isinstance(whole, _Row):
-        entries: list[cst.BaseExpression | _Row | None] = list(whole)
-    elif isinstance(whole, (cst.Tuple, cst.List)) and not any(
-        isinstance(e, cst.StarredElement) for e in whole.elements
-    ):
-        entries = [e.value for e in whole.elements]
-    else:
+    entries = _entries_of(whole)
+    if entries is None:
         return None
     position = int(index.value.value)
     return entries[position] if position < len(entries) else None
@@ -227,6 +222,20 @@ class _Row(tuple):  # type: ignore[type-arg]
     source holds as written."""
 
 
+def _entries_of(
+    value: cst.BaseExpression | _Row | None,
+) -> list[cst.BaseExpression | _Row | None] | None:
+    """The entries of a row as written (a ``zip``'s `_Row`, a tuple or list display without a
+    starred entry), in order; None when they are not written out."""
+    if isinstance(value, _Row):
+        return list(value)
+    if isinstance(value, (cst.Tuple, cst.List)) and not any(
+        isinstance(e, cst.StarredElement) for e in value.elements
+    ):
+        return [e.value for e in value.elements]
+    return None
+
+
 def _bind(
     target: cst.BaseExpression,
     value: cst.BaseExpression | _Row | None,
@@ -242,13 +251,8 @@ def _bind(
         return True
     if not isinstance(target, (cst.Tuple, cst.List)):
         return False
-    if isinstance(value, _Row):
-        values: list[cst.BaseExpression | _Row | None] = list(value)
-    elif isinstance(value, (cst.Tuple, cst.List)) and not any(
-        isinstance(e, cst.StarredElement) for e in value.elements
-    ):
-        values = [e.value for e in value.elements]
-    else:
+    values = _entries_of(value)
+    if values is None:
         return False
     parts = list(target.elements)
     stars = [i for i, e in enumerate(parts) if isinstance(e, cst.StarredElement)]
