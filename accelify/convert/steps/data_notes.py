@@ -638,11 +638,12 @@ def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> No
     by_call: dict[int, tuple[cst.Call, str, list[str], list[tuple[SampleCount, str]]]] = {}
     turns: set[int] = set()
     for entry in found:
-        unprepared = sorted({o for o in ctx.unprepared_loaders(entry.loop) if o is not None})
+        kept, _ = _entries_apart(ctx, entry.loop, ctx.unprepared_loaders(entry.loop), prepared)
+        unprepared = sorted({o for o in kept if o is not None})
         calls = []
         for argument in ctx.facts.flow.call_site_arguments(entry.loop.iterable, entry.loop.node):
             call = ctx.model.parent(argument)
-            loader = dotted(argument.value)
+            loader = _handed_loader(argument.value)
             if loader is None or not isinstance(call, cst.Call):
                 continue
             # ``self.train_loader``: the object the factory made and prepared as train_loader
@@ -972,12 +973,8 @@ def _shard_value_beside_a_whole_loader(
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
     origins = ctx.facts.flow.origins(loop.iterable, loop.node, stop=prepared)
     sharded = sorted(o for o in origins if o is not None and o not in whole)
-    entries = _entries_handed(ctx, loop, {w for w in whole if w is not None})
-    if entries:  # ``run_epoch(model, loaders["train"], opt)``: the dict's entries, one by one
-        containers = {entry.partition("[")[0] for entry in entries}
-        whole = [w for w in whole if w not in containers]
-        whole += sorted(entry for entry in entries if entry not in prepared)
-        sharded += sorted(entry for entry in entries if entry in prepared)
+    whole, entries = _entries_apart(ctx, loop, whole, prepared)
+    sharded += entries
     if not whole or not sharded or not _read_on_a_sharded_call(ctx, loop, at, set(sharded)):
         return
     ctx.plan.review(
@@ -1008,6 +1005,22 @@ def _read_on_a_sharded_call(ctx: Context, loop: Loop, at: cst.CSTNode, sharded: 
         ):
             return True
     return False
+
+
+def _entries_apart(
+    ctx: Context, loop: Loop, whole: list[str | None], prepared: set[str]
+) -> tuple[list[str | None], list[str]]:
+    """``run_epoch(model, loaders["train"], opt)`` beside ``run_epoch(model, loaders["val"])``:
+    the flow follows both entries back to ``loaders``, which ``whole`` then names though the
+    conversion prepared ``loaders["train"]``. The loaders left whole with each such container
+    replaced by its entries the calls hand that are not prepared, and the entries prepared."""
+    entries = _entries_handed(ctx, loop, {w for w in whole if w is not None})
+    if not entries:
+        return whole, []
+    containers = {entry.partition("[")[0] for entry in entries}
+    kept = [w for w in whole if w not in containers]
+    kept += sorted(entry for entry in entries if entry not in prepared)
+    return kept, sorted(entry for entry in entries if entry in prepared)
 
 
 def _entries_handed(ctx: Context, loop: Loop, containers: set[str]) -> set[str]:
