@@ -8,6 +8,7 @@ import re
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.flow import string_key_of
 from accelify.analysis.loops import iterated_expression
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
@@ -638,11 +639,12 @@ def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> No
     by_call: dict[int, tuple[cst.Call, str, list[str], list[tuple[SampleCount, str]]]] = {}
     turns: set[int] = set()
     for entry in found:
-        unprepared = sorted({o for o in ctx.unprepared_loaders(entry.loop) if o is not None})
+        kept, _ = _entries_apart(ctx, entry.loop, ctx.unprepared_loaders(entry.loop), prepared)
+        unprepared = sorted({o for o in kept if o is not None})
         calls = []
         for argument in ctx.facts.flow.call_site_arguments(entry.loop.iterable, entry.loop.node):
             call = ctx.model.parent(argument)
-            loader = dotted(argument.value)
+            loader = _handed_loader(argument.value)
             if loader is None or not isinstance(call, cst.Call):
                 continue
             # ``self.train_loader``: the object the factory made and prepared as train_loader
@@ -972,7 +974,9 @@ def _shard_value_beside_a_whole_loader(
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
     origins = ctx.facts.flow.origins(loop.iterable, loop.node, stop=prepared)
     sharded = sorted(o for o in origins if o is not None and o not in whole)
-    if not sharded or not _read_on_a_sharded_call(ctx, loop, at, set(sharded)):
+    whole, entries = _entries_apart(ctx, loop, whole, prepared)
+    sharded += entries
+    if not whole or not sharded or not _read_on_a_sharded_call(ctx, loop, at, set(sharded)):
         return
     ctx.plan.review(
         ctx.line(at),
@@ -997,9 +1001,47 @@ def _read_on_a_sharded_call(ctx: Context, loop: Loop, at: cst.CSTNode, sharded: 
         return True
     for argument in ctx.facts.flow.call_site_arguments(loop.iterable, loop.node):
         call = ctx.model.parent(argument)
-        if dotted(argument.value) in sharded and not isinstance(ctx.model.parent(call), cst.Expr):
+        if _handed_loader(argument.value) in sharded and not isinstance(
+            ctx.model.parent(call), cst.Expr
+        ):
             return True
     return False
+
+
+def _entries_apart(
+    ctx: Context, loop: Loop, whole: list[str | None], prepared: set[str]
+) -> tuple[list[str | None], list[str]]:
+    """``run_epoch(model, loaders["train"], opt)`` beside ``run_epoch(model, loaders["val"])``:
+    the flow follows both entries back to ``loaders``, which ``whole`` then names though the
+    conversion prepared ``loaders["train"]``. The loaders left whole with each such container
+    replaced by its entries the calls hand that are not prepared, and the entries prepared."""
+    entries = _entries_handed(ctx, loop, {w for w in whole if w is not None})
+    if not entries:
+        return whole, []
+    containers = {entry.partition("[")[0] for entry in entries}
+    kept = [w for w in whole if w not in containers]
+    kept += sorted(entry for entry in entries if entry not in prepared)
+    return kept, sorted(entry for entry in entries if entry in prepared)
+
+
+def _entries_handed(ctx: Context, loop: Loop, containers: set[str]) -> set[str]:
+    """``loaders["train"]`` and ``loaders["val"]`` where the calls hand the loop's helper
+    entries of a dict of ``containers`` (the flow follows them back to the dict as a whole):
+    the conversion prepares such an entry by itself, so each entry is its own loader, prepared
+    or left whole as it is named in the plan."""
+    found: set[str] = set()
+    for argument in ctx.facts.flow.call_site_arguments(loop.iterable, loop.node):
+        entry = string_key_of(argument.value)
+        if entry is not None and entry[0] in containers:
+            found.add(f'{entry[0]}["{entry[1]}"]')
+    return found
+
+
+def _handed_loader(value: cst.BaseExpression) -> str | None:
+    """The loader a call hands as the plan names it: ``val_loader``, ``self.loader``, or
+    ``loaders["train"]`` for a dict's entry under a string key."""
+    entry = string_key_of(value)
+    return f'{entry[0]}["{entry[1]}"]' if entry is not None else dotted(value)
 
 
 def _size_read(ctx: Context, divisor: cst.BaseExpression, loader: str | None) -> str:
