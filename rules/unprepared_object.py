@@ -1920,15 +1920,7 @@ def _collected_by(script: ScriptModel, loop: Loop, scope: cst.CSTNode) -> set[st
         and not script.inside(node, loop.node)
         and script.order(node) > script.order(loop.node)
     ]
-    changed = True
-    while changed:
-        changed = False
-        for node in after:
-            targets = bound_by(node) - found
-            if targets and variables_in(script, node.value) & found:  # type: ignore[arg-type]
-                found |= targets
-                changed = True
-    return found
+    return _grown_through(script, after, found)
 
 
 #: The collectives that join every rank's values into one longer result.
@@ -1977,6 +1969,16 @@ def _computed_from_the_batch(script: ScriptModel, loop: Loop) -> set[str]:
         for node in walk(loop.node.body)
         if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and node.value is not None
     ]
+    return _grown_through(script, assignments, found)
+
+
+def _grown_through(
+    script: ScriptModel,
+    assignments: list[cst.Assign | cst.AugAssign | cst.AnnAssign],
+    found: set[str],
+) -> set[str]:
+    """``found`` with every name ``assignments`` set from one of its names, followed to a
+    fixed point (``preds = logits.argmax(-1)`` once ``logits`` is in it)."""
     changed = True
     while changed:
         changed = False

@@ -10,6 +10,8 @@ the loop that reads it gathers nothing, and each rank's totals cover its own sha
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from accelify.analysis.script_model import ScriptModel
@@ -102,20 +104,25 @@ def unread_row_entries(model: ScriptModel, name: str, at: cst.CSTNode) -> list[s
 
 def _takes_from_the_row(model: ScriptModel, loop: cst.For, name: str) -> bool:
     """A statement directly in ``loop``'s body assigns ``name`` from a name its target binds."""
+    return any(
+        name in target_names(t.target)
+        for statement in _assigned_from_the_row(loop)
+        for t in statement.targets
+    )
+
+
+def _assigned_from_the_row(loop: cst.For) -> Iterator[cst.Assign]:
+    """The assignments directly in ``loop``'s body whose value reads a name its target binds
+    (``loader, opt = rest``, ``loader = rest.pop(0)``)."""
     bound_by_loop = target_names(loop.target)
     for line in loop.body.body:
         if type(line) is not cst.SimpleStatementLine:
             continue
         for statement in line.body:
-            if (
-                type(statement) is cst.Assign
-                and any(name in target_names(t.target) for t in statement.targets)
-                and any(
-                    type(n) is cst.Name and n.value in bound_by_loop for n in walk(statement.value)
-                )
+            if type(statement) is cst.Assign and any(
+                type(n) is cst.Name and n.value in bound_by_loop for n in walk(statement.value)
             ):
-                return True
-    return False
+                yield statement
 
 
 def _held_names(value: cst.BaseExpression | None) -> list[str]:
@@ -137,22 +144,11 @@ def _body_unpacks(
     statement of the loop's own body taking entries of a name its target binds, when nothing
     else in the loop binds what it assigns (a later ``loader = ...`` would make the row's entry
     only its first value)."""
-    bound_by_loop = target_names(loop.target)
-    found = []
-    for line in loop.body.body:
-        if type(line) is not cst.SimpleStatementLine:
-            continue
-        for statement in line.body:
-            if (
-                type(statement) is cst.Assign
-                and len(statement.targets) == 1
-                and any(
-                    type(n) is cst.Name and n.value in bound_by_loop for n in walk(statement.value)
-                )
-                and _only_binding_in(model, statement, loop)
-            ):
-                found.append((statement.targets[0].target, statement.value))
-    return found
+    return [
+        (statement.targets[0].target, statement.value)
+        for statement in _assigned_from_the_row(loop)
+        if len(statement.targets) == 1 and _only_binding_in(model, statement, loop)
+    ]
 
 
 def _entry(
