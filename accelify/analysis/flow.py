@@ -1877,6 +1877,12 @@ def string_key_of(value: cst.BaseExpression) -> tuple[str, str] | None:
     return None
 
 
+def entry_name(container: str, key: str) -> str:
+    """``loaders["train"]``: how the plan names a dict entry it prepares on its own, and how
+    every step that asks whether that entry was prepared must spell it."""
+    return f'{container}["{key}"]'
+
+
 def dict_entries(
     model: ScriptModel, value: cst.BaseExpression
 ) -> dict[str, cst.BaseExpression] | None:

@@ -8,7 +8,7 @@ import re
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.flow import string_key_of
+from accelify.analysis.flow import entry_name, string_key_of
 from accelify.analysis.loops import iterated_expression
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
@@ -435,7 +435,7 @@ def _phases_split(ctx: Context, loop: Loop) -> bool:
     if phases is None or not phases.decided or phases.loop is not loop:
         return False
     prepared = set(ctx.plan.prepared)
-    return any(f'{name}["{key}"]' in prepared for name in phases.names for key in phases.trained)
+    return any(entry_name(name, key) in prepared for name in phases.names for key in phases.trained)
 
 
 def _returned_to_no_reader(ctx: Context, found: ShardTotal) -> bool:
@@ -600,8 +600,8 @@ def _counted_in_the_trained_phases(ctx: Context, line: int, found: list[SampleCo
     first = found[0]
     phases = ctx.facts.phase_loaders[first.loop.iterable]  # type: ignore[index]
     container = first.loop.iterable
-    trained = _listed([f'{container}["{key}"]' for key in phases.trained])
-    whole = _listed([f'{container}["{key}"]' for key in phases.evaluated])
+    trained = _listed([entry_name(container, key) for key in phases.trained])
+    whole = _listed([entry_name(container, key) for key in phases.evaluated])
     shown = _listed(list(dict.fromkeys(_shown_count(entry) for entry in found)))
     reduces = "; ".join(
         dict.fromkeys(
@@ -1033,7 +1033,7 @@ def _entries_handed(ctx: Context, loop: Loop, containers: set[str]) -> set[str]:
     for argument in ctx.facts.flow.call_site_arguments(loop.iterable, loop.node):
         entry = string_key_of(argument.value)
         if entry is not None and entry[0] in containers:
-            found.add(f'{entry[0]}["{entry[1]}"]')
+            found.add(entry_name(*entry))
     return found
 
 
@@ -1041,7 +1041,7 @@ def _handed_loader(value: cst.BaseExpression) -> str | None:
     """The loader a call hands as the plan names it: ``val_loader``, ``self.loader``, or
     ``loaders["train"]`` for a dict's entry under a string key."""
     entry = string_key_of(value)
-    return f'{entry[0]}["{entry[1]}"]' if entry is not None else dotted(value)
+    return entry_name(*entry) if entry is not None else dotted(value)
 
 
 def _size_read(ctx: Context, divisor: cst.BaseExpression, loader: str | None) -> str:

@@ -18,7 +18,7 @@ from accelify.analysis.dataflow import (
 )
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
-from accelify.analysis.flow import record_fields
+from accelify.analysis.flow import entry_name, record_fields
 from accelify.analysis.inline_evaluations import (
     computes_without_grad,
     drawn_evaluations,
@@ -1970,14 +1970,14 @@ def _prepare_trained_phases(ctx: Context, binding: Binding, phases: PhaseLoaders
     ctx.plan.insert_after(binding.statement, statement(code))
     ctx.need(binding.statement)
     ctx.left_whole.add(id(phases.loop.node))
-    trained = [f'{name}["{key}"]' for key in phases.trained]
+    trained = [entry_name(name, key) for key in phases.trained]
     ctx.plan.prepared.extend(trained)
     ctx.plan.change(
         binding.line,
         f"{', '.join(trained)} prepared where the dict is created (the phase the loop at line "
         f"{ctx.line(phases.loop.node)} trains on)",
     )
-    evaluated = ", ".join(f'{name}["{key}"]' for key in phases.evaluated)
+    evaluated = ", ".join(entry_name(name, key) for key in phases.evaluated)
     ctx.plan.review(
         ctx.line(phases.loop.node),
         f"{evaluated} is evaluated by this loop, which also trains (its backward runs under "
